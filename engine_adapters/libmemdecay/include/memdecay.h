@@ -1,0 +1,127 @@
+/*
+ * memdecay.h — libmemdecay, the engine-side client of memdecayd.
+ *
+ * An engine attaches over the daemon's Unix control socket, declares its KV
+ * pages with per-token region labels, publishes attention statistics, polls
+ * eviction commands at step boundaries and reports pages freed.  Publishing and
+ * polling make no system call and no allocation (a doorbell is rung only when
+ * the daemon has declared itself asleep).  Every function returns 0 (or a
+ * count) on success and a negative errno or MD_E* code on failure; nothing
+ * prints.  One md_client is used by one thread.
+ */
+#ifndef MEMDECAY_H
+#define MEMDECAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "memdecay_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Project error codes (negative, below the errno range). */
+enum md_error {
+	MD_EVERSION = -1001,   /* daemon speaks another ABI major version */
+	MD_EREFUSED = -1002,   /* daemon refused HELLO (message: md_client_last_error) */
+	MD_EPROTO = -1003,     /* malformed reply or segment from the daemon */
+	MD_EDETACHED = -1004,  /* no daemon attached (fail-open: keep serving) */
+	MD_EFULL = -1005,      /* ring full: attention record dropped (counted) */
+	MD_ENOSLOT = -1006,    /* no free page slot */
+	MD_ESTALE = -1007,     /* slot/generation no longer matches */
+};
+const char *md_strerror(int err);
+
+typedef struct md_client md_client;
+
+struct md_client_config {
+	const char *socket_path;      /* NULL: $MEMDECAY_SOCKET, $XDG_RUNTIME_DIR/memdecay/memdecayd.sock, /run/memdecay/memdecayd.sock */
+	const char *engine_name;      /* shown by memdecayctl engines */
+	uint32_t page_tokens;         /* P, 1..16; 0 = 16 */
+	uint32_t page_capacity;       /* page slots */
+	uint32_t max_seqs;
+	uint32_t tp_rank, tp_size;    /* tensor parallel; 0/0 = single */
+	const char *policy;           /* NULL: daemon default */
+	int64_t budget_engine_pages;  /* -1: daemon config */
+	int64_t budget_sequence_tokens; /* -1: daemon config */
+	double weight;                /* share of a global budget; 0 = 1.0 */
+};
+void md_client_config_init(struct md_client_config *cfg);
+
+/* Creates the client and its private page mirror (all allocation happens
+ * here), then tries to attach.  On a daemon that is not there it still
+ * returns 0 with the client detached (md_client_attached() == 0), unless
+ * cfg demands otherwise via md_client_create_attached. */
+int md_client_create(const struct md_client_config *cfg, md_client **out);
+/* Like create, but fails with the attach error when no daemon answers. */
+int md_client_create_attached(const struct md_client_config *cfg, md_client **out);
+void md_client_destroy(md_client *c);         /* detaches */
+
+int md_client_attached(const md_client *c);
+/* Attach or reattach after a daemon restart: re-publishes every live page to
+ * the new daemon through the page table.  Returns 0 or the attach error. */
+int md_client_reattach(md_client *c);
+/* Cheap liveness check, call at step boundaries: returns 1 if attached and
+ * the daemon looks alive, 0 if detached (it detaches on daemon shutdown,
+ * control-socket EOF or a heartbeat older than timeout_ms).  The socket check
+ * is a non-blocking peek done at most every 100 ms. */
+int md_client_check(md_client *c, uint32_t timeout_ms);
+const char *md_client_last_error(const md_client *c);
+uint32_t md_client_engine_id(const md_client *c);
+uint64_t md_client_instance_id(const md_client *c);
+
+/* Parameters engines need, read from the seqlocked block. */
+struct md_params_view {
+	uint32_t policy;
+	uint32_t norm_mode;
+	double tau;
+	uint64_t budget_sequence_tokens;
+	uint64_t budget_engine_pages;
+	uint32_t protect_recent;
+	uint32_t pinned_mask;
+	uint64_t seqlock;   /* changes whenever parameters change */
+};
+int md_client_params(md_client *c, struct md_params_view *out);
+
+/* ---- page lifecycle (never dropped: a full ring turns into a resync) ---- */
+int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint32_t n_tokens,
+		 uint64_t labels, uint32_t *slot, uint32_t *gen);
+int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint64_t labels);
+int md_page_free(md_client *c, uint32_t slot, uint32_t reason);
+int md_seq_end(md_client *c, uint32_t seq);
+/* Advance a sequence's clock by n appended tokens (DESIGN.md §1 clock). */
+int md_seq_step(md_client *c, uint32_t seq, uint32_t n_tokens);
+uint64_t md_seq_clock(const md_client *c, uint32_t seq);
+int md_relabel(md_client *c, uint32_t seq, uint64_t pos0, uint64_t pos1, uint32_t region);
+
+/* ---- attention (may be dropped on overload: returns MD_EFULL, counted) ---- */
+int md_attn_page(md_client *c, uint32_t slot, float mass, uint16_t refresh_bitmap);
+int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint32_t count,
+		   const float *mass);
+
+/* ---- commands ---- */
+struct md_evict {
+	uint32_t seq, slot, gen, reason;
+	uint64_t decided_ns;
+};
+/* Copies up to cap pending evict commands whose generation still matches the
+ * slot (stale ones are counted and skipped).  The engine frees the pages and
+ * reports each with md_page_free(c, slot, MD_FREE_EVICTED). */
+int md_poll_commands(md_client *c, struct md_evict *out, size_t cap);
+/* Blocks up to timeout_ms for a command (declares the engine asleep). */
+int md_wait_commands(md_client *c, int timeout_ms);
+
+/* Mirror of a slot as the engine last declared it. */
+int md_page_info(const md_client *c, uint32_t slot, struct md_page_entry *out);
+
+struct md_client_counters {
+	uint64_t attn_dropped, lifecycle_dropped, resyncs;
+	uint64_t cmds_applied, cmds_stale;
+	uint64_t reattaches;
+};
+void md_client_counters(const md_client *c, struct md_client_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

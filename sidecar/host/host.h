@@ -1,0 +1,134 @@
+/*
+ * host.h — the policy host: every attached engine's page state, the eviction
+ * index and the decisions.  No I/O and no shared memory here: the transport
+ * copies each record out of a ring and hands the copy to md__host_ingest(),
+ * which validates its meaning (slot, generation, sequence, finite mass) and
+ * updates the state.  Decisions are exact: they evict the pages the
+ * brute-force oracle (oracle.h) would pick, under DESIGN.md's tie rule.
+ */
+#ifndef MD_HOST_H
+#define MD_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "memdecay_abi.h"
+#include "params.h"
+
+struct md__host;
+
+/* Rejection reasons for a record (returned negated by md__host_ingest). */
+enum md__reject {
+	MD__OK = 0,
+	MD__REJ_TYPE = 1,          /* unknown record type */
+	MD__REJ_SLOT = 2,          /* slot outside page capacity */
+	MD__REJ_GEN = 3,           /* generation does not match the daemon's view */
+	MD__REJ_SEQ = 4,           /* sequence outside max_seqs, or not the page's */
+	MD__REJ_STATE = 5,         /* open of a live slot, grow/attn of a free slot ... */
+	MD__REJ_TOKENS = 6,        /* n_tokens / token0 / count out of range, shrink */
+	MD__REJ_MASS = 7,          /* NaN, Inf, negative or huge attention */
+	MD__REJ_CLOCK = 8,         /* clock going backwards */
+	MD__REJ_REGION = 9,        /* region id unknown */
+	MD__REJ_SPAN = 10,         /* relabel span empty, reversed or unknown */
+	MD__REJ_POS = 11,          /* first_pos overlaps another page of the sequence */
+	MD__REJ_COUNT = 12,
+};
+const char *md__reject_name(int reason);   /* "slot", "generation", ... */
+
+/* Engine-level overrides from HELLO or `memdecayctl policy/budget --engine`. */
+struct md__engine_opts {
+	int policy;                   /* -1: the configured default */
+	int64_t budget_engine_pages;  /* -1: config value; 0: none */
+	int64_t budget_sequence_tokens; /* -1: config value; 0: none */
+	double weight;                /* share of the global budget; default 1.0 */
+	char name[64];
+};
+void md__engine_opts_defaults(struct md__engine_opts *o);
+
+struct md__host *md__host_new(const struct md__params *p);
+void md__host_free(struct md__host *h);
+
+/* Replaces the parameters; effective at the next decision (no stale keys). */
+void md__host_set_params(struct md__host *h, const struct md__params *p);
+const struct md__params *md__host_params(const struct md__host *h);
+
+/* Engines are identified by the id the transport chose (unique while attached). */
+int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_tokens,
+			uint32_t page_capacity, uint32_t max_seqs,
+			const struct md__engine_opts *opts);
+void md__host_engine_remove(struct md__host *h, uint32_t engine_id);
+int md__host_engine_set_opts(struct md__host *h, uint32_t engine_id,
+			     const struct md__engine_opts *opts);
+int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
+			     struct md__engine_opts *opts);
+
+/* One record, already copied out of shared memory.  Returns 0 or -reason. */
+int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec);
+
+/* Rebuild an engine's state from its page table (attach after a daemon
+ * restart, or after the engine dropped lifecycle records).  Pages whose slot
+ * and generation are unchanged keep their attention state.  Entries are copies;
+ * each is validated like a record (invalid ones are skipped and counted by the
+ * return value of _page: 0 ok, -reason). */
+void md__host_resync_begin(struct md__host *h, uint32_t engine_id);
+int md__host_resync_seq_clock(struct md__host *h, uint32_t engine_id, uint32_t seq,
+			      uint64_t clock);
+int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
+			 const struct md_page_entry *e);
+void md__host_resync_end(struct md__host *h, uint32_t engine_id);
+
+/* One eviction the transport must send. */
+struct md__decision {
+	uint32_t engine_id;
+	uint32_t seq;
+	uint32_t slot;
+	uint32_t gen;
+	uint32_t reason;   /* enum md_evict_reason */
+};
+
+/* Runs every scope that is over budget (sequence, engine, global) and returns
+ * up to cap evictions.  Chosen pages leave the index and stop counting toward
+ * occupancy at once (state "evicting") until the engine reports them freed.
+ * Call again while it returns cap. */
+size_t md__host_decide(struct md__host *h, struct md__decision *out, size_t cap);
+
+/* Fills the engine's parameter-block view (effective policy, norm, tau,
+ * budgets incl. its share of the global budget).  `seq` is left alone. */
+int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
+			       struct md_param_block *out);
+
+/* Lowest-scored evictable pages across engines (engine_id = UINT32_MAX) or
+ * one engine, with each term of the score. */
+struct md__top_entry {
+	uint32_t engine_id, seq, slot, gen;
+	uint64_t first_pos;
+	uint32_t n_tokens;
+	uint32_t dominant_region;  /* most frequent region among live tokens */
+	double score;              /* the policy's score */
+	double decay_term;         /* mean b_r exp(-lambda_r dt) */
+	double attn_term;          /* alpha * mean a_i (or cumulative mass for h2o) */
+};
+size_t md__host_top(const struct md__host *h, uint32_t engine_id,
+		    struct md__top_entry *out, size_t n);
+
+struct md__engine_stats {
+	uint32_t engine_id;
+	uint32_t policy;
+	uint64_t pages_live;
+	uint64_t pages_evicting;
+	uint64_t tokens_live;
+	uint64_t seqs_live;
+	uint64_t records;
+	uint64_t rejected[MD__REJ_COUNT];
+	uint64_t evictions;
+	uint64_t evictions_by_region[MD_REGIONS_MAX]; /* by dominant region */
+	uint64_t evictions_by_reason[4];
+	uint64_t budget_engine_pages;                 /* effective, 0 = none */
+	uint64_t decisions;
+	uint64_t decision_ns_total;
+};
+int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
+			  struct md__engine_stats *out);
+/* Engine ids currently attached, in attach order; returns the count. */
+size_t md__host_engine_ids(const struct md__host *h, uint32_t *ids, size_t cap);
+
+#endif

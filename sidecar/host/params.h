@@ -1,0 +1,74 @@
+/*
+ * params.h — the policy configuration shared by every engine: the key registry
+ * (DESIGN.md §4 names), validation, the config file format, and save.
+ * A set of keys is applied all-or-nothing: a copy is modified and validated,
+ * then swapped in by the caller.
+ */
+#ifndef MD_PARAMS_H
+#define MD_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "memdecay_abi.h"
+
+#define MD__REGION_NAME_MAX 32
+
+struct md__params {
+	/* per region */
+	double base[MD_REGIONS_MAX];
+	double lambda[MD_REGIONS_MAX];
+	uint32_t pinned_mask;                 /* bit r set: region r pinned */
+	char region_name[MD_REGIONS_MAX][MD__REGION_NAME_MAX]; /* "" = unused id */
+	/* score */
+	double alpha;
+	double tau;
+	double beta;
+	uint32_t norm;                        /* enum md_norm_mode (memdecay.norm) */
+	/* policy defaults */
+	uint32_t policy;                      /* enum md_policy_id (key "policy") */
+	uint32_t protect_recent;              /* pages */
+	uint32_t sink_tokens;                 /* recency.sink_tokens */
+	double h2o_recent_fraction;           /* h2o.recent_fraction, 0..1 */
+	uint64_t random_seed;                 /* random.seed */
+	/* budgets: 0 means none */
+	uint64_t budget_sequence_tokens;
+	uint64_t budget_engine_pages;
+	uint64_t budget_global_pages;
+	double low_watermark;                 /* budget.low_watermark, (0, 1] */
+	/* daemon */
+	uint32_t heartbeat_timeout_ms;        /* daemon.heartbeat_timeout_ms */
+	uint32_t violation_limit;             /* daemon.violation_limit */
+};
+
+/* Starting values: DESIGN.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */
+void md__params_defaults(struct md__params *p);
+
+/* Set one key from its text value.  Returns 0, or -EINVAL / -ENOENT with a
+ * message naming the key and the value in err. */
+int md__params_set(struct md__params *p, const char *key, const char *value,
+		   char *err, size_t errlen);
+
+/* "k=v" items applied all-or-nothing: on any error *p is unchanged. */
+int md__params_set_many(struct md__params *p, const char *const *items, size_t n,
+			char *err, size_t errlen);
+
+/* Text value of one key into buf.  Returns the length, or -ENOENT. */
+int md__params_get(const struct md__params *p, const char *key, char *buf, size_t len);
+
+/* Calls fn for every key in a stable order (for `get` without a key and `save`). */
+typedef void (*md__params_visit_fn)(const char *key, const char *value, void *ud);
+void md__params_foreach(const struct md__params *p, md__params_visit_fn fn, void *ud);
+
+/* Config file: one "key = value" per line, '#' comments, blank lines ignored.
+ * Errors name the file and line.  All-or-nothing like set_many. */
+int md__params_load_file(struct md__params *p, const char *path, char *err, size_t errlen);
+int md__params_load_text(struct md__params *p, const char *text, const char *origin,
+			 char *err, size_t errlen);
+int md__params_save_file(const struct md__params *p, const char *path, char *err, size_t errlen);
+
+/* Names. */
+const char *md__policy_name(uint32_t policy);
+int md__policy_from_name(const char *name);        /* -1 if unknown */
+int md__region_from_name(const struct md__params *p, const char *name); /* -1 if unknown */
+
+#endif
