@@ -1,0 +1,53 @@
+#!/bin/sh
+# main_job.sh — install, build, and show MemDecay at work:
+#  1. memdecayd serving four synthetic engines (memdecay-loadgen) under page
+#     budgets, then what it evicted, by region;
+#  2. a real model (SmolLM2-135M-Instruct on llama.cpp) replaying the bundled
+#     agent trace under a small KV budget with memdecay and with recency,
+#     side by side with the full cache.
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+sh scripts/deps.sh
+[ -f scripts/setup_llama.sh ] && sh scripts/setup_llama.sh
+sh scripts/build.sh "$ROOT/build"
+BIN=$ROOT/build/bin
+
+DIR=$(mktemp -d)
+SOCK=$DIR/memdecayd.sock
+cleanup() {
+	[ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+	rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+
+echo "== memdecayd with 4 engines under a budget of 96 pages each"
+"$BIN/memdecayd" --socket "$SOCK" 2>"$DIR/daemon.log" &
+DPID=$!
+i=0
+while [ ! -S "$SOCK" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+
+PIDS=""
+for e in 1 2 3 4; do
+	"$BIN/memdecay-loadgen" --socket "$SOCK" --engine-name "engine-$e" --seqs 4 \
+		--pages-per-seq 48 --steps 3000 --policy memdecay --budget-pages 96 \
+		--seed "$e" --json >"$DIR/engine-$e.json" &
+	PIDS="$PIDS $!"
+done
+sleep 0.5
+"$BIN/memdecayctl" --socket "$SOCK" engines || true
+for p in $PIDS; do wait "$p" || echo "loadgen $p failed" >&2; done
+for e in 1 2 3 4; do
+	echo "engine-$e: $(cat "$DIR/engine-$e.json")"
+done
+echo
+echo "== what the daemon evicted, by region"
+"$BIN/memdecayctl" --socket "$SOCK" stats
+kill "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
+
+if [ -x "$BIN/memdecay-agent" ] && [ -f scripts/run_agent_demo.sh ]; then
+	echo
+	echo "== SmolLM2 on llama.cpp: the bundled agent trace under a KV budget"
+	sh scripts/run_agent_demo.sh
+fi
