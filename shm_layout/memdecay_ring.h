@@ -140,8 +140,9 @@ static inline void md_seqlock_write_end(uint64_t *seq)
 }
 
 /* Copy `size` bytes at src into dst consistently; returns the even sequence
- * number read, or 0 after `tries` failed attempts. Byte copies go through
- * relaxed atomic loads so a concurrent writer is not a data race. */
+ * number read plus 2 (so never 0, and distinct for distinct versions), or 0
+ * after `tries` failed attempts. Word copies go through relaxed atomic loads
+ * so a concurrent writer is not a data race. */
 static inline uint64_t md_seqlock_read(const uint64_t *seq, void *dst, const void *src,
 				       size_t size, int tries)
 {
@@ -155,7 +156,7 @@ static inline uint64_t md_seqlock_read(const uint64_t *seq, void *dst, const voi
 			d64[k] = md_load_relaxed(&s64[k]);
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
 		if (md_load_relaxed(seq) == s0)
-			return s0 ? s0 : 2; /* never report 0 on success */
+			return s0 + 2; /* never 0 on success, injective in s0 */
 	}
 	return 0;
 }

@@ -83,7 +83,12 @@ struct md_params_view {
 };
 int md_client_params(md_client *c, struct md_params_view *out);
 
-/* ---- page lifecycle (never dropped: a full ring turns into a resync) ---- */
+/* ---- page lifecycle (never dropped: a full ring turns into a resync) ----
+ * Fail-open: while detached these calls still update the private mirror
+ * (md_page_open still fills *slot and *gen) and return MD_EDETACHED; treat
+ * that as "done locally, no daemon saw it".  md_seq_end frees every live page
+ * of the sequence (one PAGE_FREE each, reason FINISHED), then resets its
+ * clock to 0 and publishes SEQ_END; the sequence id may be reused at once. */
 int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint32_t n_tokens,
 		 uint64_t labels, uint32_t *slot, uint32_t *gen);
 int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint64_t labels);
@@ -120,6 +125,23 @@ struct md_client_counters {
 	uint64_t reattaches;
 };
 void md_client_counters(const md_client *c, struct md_client_counters *out);
+
+/* ---- additions (ABI 1.0, libmemdecay 0.1) ---- */
+/* Result of the last attach attempt: 0 when attached, else the error
+ * (e.g. -ENOENT / -ECONNREFUSED: no daemon, MD_EREFUSED, MD_EVERSION,
+ * MD_EPROTO), MD_EDETACHED after a detach by check or by the engine. */
+int md_client_attach_error(const md_client *c);
+/* Drops the daemon connection (fail-open state; the mirror is kept). */
+void md_client_detach(md_client *c);
+/* The socket path resolved at create. */
+const char *md_client_socket_path(const md_client *c);
+/* Records from the daemon that failed validation (torn or malformed commands,
+ * bad parameter block). */
+uint64_t md_client_proto_errors(const md_client *c);
+/* Live pages in the mirror. */
+uint32_t md_client_live_pages(const md_client *c);
+int md_client_geometry(const md_client *c, uint32_t *page_tokens, uint32_t *page_capacity,
+		       uint32_t *max_seqs);
 
 #ifdef __cplusplus
 }

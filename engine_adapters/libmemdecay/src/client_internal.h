@@ -1,0 +1,86 @@
+/*
+ * client_internal.h — the md_client object shared by the files of libmemdecay.
+ * Geometry, ring views and the page mirror are private copies: after attach the
+ * library never trusts a size, offset or capacity read from shared memory.
+ * Names with a double underscore are internal (not exported from the .so).
+ */
+#ifndef MD_CLIENT_INTERNAL_H
+#define MD_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "memdecay.h"
+#include "memdecay_ring.h"
+
+#define MD__ERRMSG_MAX 256
+#define MD__NO_SLOT UINT32_MAX
+
+struct md__geometry {
+	uint32_t page_tokens, page_capacity, max_seqs;
+	uint32_t stats_capacity, cmd_capacity;
+	uint32_t engine_id;
+	uint64_t instance_id;
+	struct md_engine_offsets eoff;
+	struct md_daemon_offsets doff;
+	uint64_t eseg_size, dseg_size;
+};
+
+/* One attachment: everything that dies with the daemon connection. */
+struct md__attach {
+	int sock_fd, eseg_fd, dseg_fd, db_daemon_fd, db_engine_fd;
+	void *eseg;                       /* RW */
+	const void *dseg;                 /* RO */
+	struct md__geometry g;
+	struct md_engine_ctrl *ectrl;
+	struct md_page_entry *ptab;
+	uint64_t *seq_clock;
+	const struct md_daemon_ctrl *dctrl;
+	const struct md_param_block *params;
+	struct md_ring_prod stats;
+	struct md_ring_cons cmds;
+};
+
+struct md_client {
+	/* configuration (strings owned) */
+	char *socket_path;                /* resolved at create */
+	char *engine_name;
+	char *policy;
+	uint32_t page_tokens, page_capacity, max_seqs;
+	uint32_t tp_rank, tp_size;
+	int64_t budget_engine_pages, budget_sequence_tokens;
+	double weight;
+
+	int attached;
+	int attach_error;                 /* last attach result: 0 or negative */
+	struct md__attach a;
+	uint64_t attach_ns;
+	uint64_t last_sock_check_ns;
+	int rang;                         /* doorbell rung and not yet consumed */
+	uint64_t rang_tail;
+
+	/* private mirror: the truth about every page, kept while detached */
+	struct md_page_entry *mirror;
+	uint8_t *pending;                 /* 1: handed out by poll, not yet freed */
+	uint32_t *free_stack;
+	uint32_t free_top;
+	uint32_t *slot_next, *slot_prev;  /* per-sequence doubly linked page lists */
+	uint32_t *seq_head;
+	uint64_t *clock;                  /* per-sequence clocks */
+	uint32_t live_pages;
+
+	struct md_params_view params_cache;
+
+	struct md_client_counters ctr;
+	uint64_t proto_errors;
+	char last_error[MD__ERRMSG_MAX];
+};
+
+/* attach.c */
+int md__attach(struct md_client *c, struct md__attach *out);
+void md__attach_close(struct md__attach *a);
+void md__set_error(struct md_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+uint64_t md__now_ns(void);
+int md__resolve_socket_path(const char *cfg_path, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,940 @@
+/*
+ * md_llama.c — the llama.cpp adapter: cell map, attention capture, pages,
+ * commands, fail-open.  See md_llama.h for the contract and docs/llama.md for
+ * why the cell map comes from SET_ROWS and why ubatches are one sequence.
+ */
+#include "md_llama.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ggml.h>
+#include <ggml-backend.h>
+
+#include "memdecay.h"
+#include "md_kernels.h"
+
+#define MD_LLAMA_CMD_BATCH 64
+
+struct md__page {
+	uint64_t labels;
+	int64_t first_pos;
+	int32_t seq;
+	uint16_t n_tokens;
+	uint8_t live;
+	uint8_t registered;  /* the daemon knows it (slot, gen valid) */
+	uint8_t dirty;       /* grew since the last PAGE_GROW */
+	uint32_t slot, gen;
+};
+
+struct md__seq {
+	int32_t *page_of;       /* page index (pos / P) -> local page, -1 */
+	uint32_t page_of_cap;
+	llama_pos pos_next;
+	uint32_t live_tokens;
+};
+
+struct md_llama {
+	struct md_llama_config cfg;
+	char *socket_path, *engine_name, *policy;
+	const struct llama_model *model;
+	struct llama_context *ctx;
+	llama_memory_t mem;
+	uint32_t P;
+	uint32_t n_layer, n_layer_observed;
+	uint32_t n_ctx, n_ubatch;
+	uint32_t max_seqs;      /* tracked */
+	uint32_t n_seq_all;     /* all sequence ids the map accepts */
+
+	/* cell map */
+	int32_t *cell_seq, *cell_pos, *cell_page;
+	uint8_t *cell_tok;
+
+	/* pages */
+	struct md__page *pages;
+	uint32_t page_cap;
+	uint32_t *free_pages, n_free_pages;
+	int32_t *slot_to_page;  /* by daemon slot */
+	struct md__seq *seqs;   /* [n_seq_all] */
+
+	/* attention reduction outputs */
+	float *token_mass, *page_mass;
+	uint16_t *refresh;
+	float *scratch;         /* device tensors copied to host */
+	size_t scratch_floats;
+
+	/* the ubatch being decoded */
+	llama_seq_id cur_seq;
+	llama_pos cur_pos0;
+	uint32_t cur_n;
+	int cur_tracked;
+	int cur_idx_seen;
+	int in_decode;
+
+	/* daemon */
+	md_client *client;
+	int attached;
+	uint64_t next_retry_ns, backoff_ns;
+	struct md_params_view params;
+	int have_params;
+
+	struct md_llama_stats st;
+	double live_weighted_sum;
+	uint64_t live_weight;
+};
+
+static uint64_t md__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static char *md__strdup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+void md_llama_config_init(struct md_llama_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->budget_sequence_tokens = -1;
+	cfg->page_tokens = MD_PAGE_TOKENS_DEFAULT;
+	cfg->max_seqs = 1;
+	cfg->attach = 1;
+	cfg->capture_attention = 1;
+	cfg->layer_stride = 1;
+}
+
+int md_llama_create(const struct md_llama_config *cfg, const struct llama_model *model,
+		    md_llama **out)
+{
+	md_llama *a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->cfg = *cfg;
+	a->socket_path = md__strdup(cfg->socket_path);
+	a->engine_name = md__strdup(cfg->engine_name ? cfg->engine_name : "llama.cpp");
+	a->policy = md__strdup(cfg->policy);
+	a->cfg.socket_path = a->socket_path;
+	a->cfg.engine_name = a->engine_name;
+	a->cfg.policy = a->policy;
+	a->P = cfg->page_tokens ? cfg->page_tokens : MD_PAGE_TOKENS_DEFAULT;
+	if (a->P > MD_PAGE_TOKENS_MAX) {
+		md_llama_destroy(a);
+		return -EINVAL;
+	}
+	if (!a->cfg.layer_stride)
+		a->cfg.layer_stride = 1;
+	if (!a->cfg.budget_wait_ms)
+		a->cfg.budget_wait_ms = 1000;
+	if (!a->cfg.heartbeat_timeout_ms)
+		a->cfg.heartbeat_timeout_ms = 2000;
+	a->max_seqs = cfg->max_seqs ? cfg->max_seqs : 1;
+	a->model = model;
+	a->n_layer = (uint32_t)llama_model_n_layer(model);
+	a->n_layer_observed = (a->n_layer + a->cfg.layer_stride - 1) / a->cfg.layer_stride;
+	a->cur_seq = -1;
+	*out = a;
+	return 0;
+}
+
+void md_llama_destroy(md_llama *a)
+{
+	if (!a)
+		return;
+	if (a->client)
+		md_client_destroy(a->client);
+	if (a->seqs) {
+		for (uint32_t s = 0; s < a->n_seq_all; s++)
+			free(a->seqs[s].page_of);
+	}
+	free(a->seqs);
+	free(a->cell_seq);
+	free(a->cell_pos);
+	free(a->cell_page);
+	free(a->cell_tok);
+	free(a->pages);
+	free(a->free_pages);
+	free(a->slot_to_page);
+	free(a->token_mass);
+	free(a->page_mass);
+	free(a->refresh);
+	free(a->scratch);
+	free(a->socket_path);
+	free(a->engine_name);
+	free(a->policy);
+	free(a);
+}
+
+static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user);
+
+void md_llama_context_params(md_llama *a, struct llama_context_params *cp)
+{
+	cp->cb_eval = md__cb_eval;
+	cp->cb_eval_user_data = a;
+	cp->flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	/* One stream: one cell index space and kq_soft_max ne[3] == 1. */
+	cp->kv_unified = true;
+	if (cp->n_seq_max < a->max_seqs)
+		cp->n_seq_max = a->max_seqs;
+}
+
+/* ---- daemon link ---- */
+
+static void md__notice(md_llama *a, const char *fmt, const char *detail)
+{
+	if (!a->cfg.quiet) {
+		fprintf(stderr, fmt, detail ? detail : "");
+		fputc('\n', stderr);
+	}
+}
+
+static void md__refresh_params(md_llama *a)
+{
+	if (a->attached && md_client_params(a->client, &a->params) == 0)
+		a->have_params = 1;
+}
+
+static int md__page_register(md_llama *a, uint32_t p)
+{
+	struct md__page *pg = &a->pages[p];
+	uint32_t slot, gen;
+	int rc = md_page_open(a->client, (uint32_t)pg->seq, (uint64_t)pg->first_pos,
+			      pg->n_tokens, pg->labels, &slot, &gen);
+	if (rc < 0)
+		return rc;
+	if (slot >= a->page_cap) {
+		/* The client's slot space is sized by us; anything else is a bug there. */
+		md_page_free(a->client, slot, MD_FREE_FINISHED);
+		return -ERANGE;
+	}
+	pg->slot = slot;
+	pg->gen = gen;
+	pg->registered = 1;
+	pg->dirty = 0;
+	a->slot_to_page[slot] = (int32_t)p;
+	return 0;
+}
+
+/* After an attach to a daemon that has never heard of some pages (they were
+ * opened while detached), declare them. */
+static void md__register_missing(md_llama *a)
+{
+	for (uint32_t p = 0; p < a->page_cap; p++) {
+		struct md__page *pg = &a->pages[p];
+		if (pg->live && !pg->registered && md__page_register(a, p) < 0)
+			break;
+	}
+}
+
+static void md__on_attached(md_llama *a, int first)
+{
+	char buf[64];
+	a->attached = 1;
+	a->backoff_ns = 0;
+	a->st.instance_id = md_client_instance_id(a->client);
+	snprintf(buf, sizeof(buf), "%llx", (unsigned long long)a->st.instance_id);
+	if (!first) {
+		a->st.reattaches++;
+		md__notice(a, "memdecay: reattached to memdecayd (instance %s)", buf);
+	}
+	md__refresh_params(a);
+	md__register_missing(a);
+}
+
+static void md__on_detached(md_llama *a)
+{
+	a->attached = 0;
+	a->st.detaches++;
+	md__notice(a, "memdecay: memdecayd unreachable (%s); decoding continues without evictions",
+		   a->client ? md_client_last_error(a->client) : "no client");
+	a->backoff_ns = 100000000ull;
+	a->next_retry_ns = md__now_ns() + a->backoff_ns;
+}
+
+static void md__try_reattach(md_llama *a)
+{
+	uint64_t now = md__now_ns();
+	if (!a->client || now < a->next_retry_ns)
+		return;
+	if (md_client_reattach(a->client) == 0 && md_client_attached(a->client)) {
+		/* A new daemon rebuilt our pages from the page table. */
+		md__on_attached(a, 0);
+		return;
+	}
+	a->backoff_ns = a->backoff_ns ? a->backoff_ns * 2 : 100000000ull;
+	if (a->backoff_ns > 2000000000ull)
+		a->backoff_ns = 2000000000ull;
+	a->next_retry_ns = now + a->backoff_ns;
+}
+
+int md_llama_bind(md_llama *a, struct llama_context *ctx)
+{
+	a->ctx = ctx;
+	a->mem = llama_get_memory(ctx);
+	a->n_ctx = llama_n_ctx(ctx);
+	a->n_ubatch = llama_n_ubatch(ctx);
+	a->n_seq_all = llama_n_seq_max(ctx);
+	if (a->n_seq_all < a->max_seqs)
+		return -EINVAL;
+	a->page_cap = a->n_ctx / a->P + 2 * a->max_seqs + 8;
+
+	a->cell_seq = malloc(sizeof(int32_t) * a->n_ctx);
+	a->cell_pos = malloc(sizeof(int32_t) * a->n_ctx);
+	a->cell_page = malloc(sizeof(int32_t) * a->n_ctx);
+	a->cell_tok = calloc(a->n_ctx, 1);
+	a->pages = calloc(a->page_cap, sizeof(*a->pages));
+	a->free_pages = malloc(sizeof(uint32_t) * a->page_cap);
+	a->slot_to_page = malloc(sizeof(int32_t) * a->page_cap);
+	a->seqs = calloc(a->n_seq_all, sizeof(*a->seqs));
+	a->token_mass = calloc((size_t)a->page_cap * a->P, sizeof(float));
+	a->page_mass = calloc(a->page_cap, sizeof(float));
+	a->refresh = calloc(a->page_cap, sizeof(uint16_t));
+	if (!a->cell_seq || !a->cell_pos || !a->cell_page || !a->cell_tok || !a->pages ||
+	    !a->free_pages || !a->slot_to_page || !a->seqs || !a->token_mass || !a->page_mass ||
+	    !a->refresh)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < a->n_ctx; c++) {
+		a->cell_seq[c] = -1;
+		a->cell_pos[c] = -1;
+		a->cell_page[c] = -1;
+	}
+	for (uint32_t i = 0; i < a->page_cap; i++) {
+		a->free_pages[i] = a->page_cap - 1 - i;
+		a->slot_to_page[i] = -1;
+	}
+	a->n_free_pages = a->page_cap;
+
+	if (!a->cfg.attach)
+		return 0;
+	struct md_client_config cc;
+	md_client_config_init(&cc);
+	cc.socket_path = a->socket_path;
+	cc.engine_name = a->engine_name;
+	cc.page_tokens = a->P;
+	cc.page_capacity = a->page_cap;
+	cc.max_seqs = a->max_seqs;
+	cc.policy = a->policy;
+	cc.budget_sequence_tokens = a->cfg.budget_sequence_tokens;
+	int rc = md_client_create(&cc, &a->client);
+	if (rc < 0) {
+		a->client = NULL;
+		md__notice(a, "memdecay: no client (%s); decoding continues without evictions",
+			   md_strerror(rc));
+		return 0;
+	}
+	if (md_client_attached(a->client))
+		md__on_attached(a, 1);
+	else
+		md__on_detached(a);
+	return 0;
+}
+
+/* ---- pages ---- */
+
+static int32_t md__page_alloc(md_llama *a)
+{
+	if (!a->n_free_pages)
+		return -1;
+	return (int32_t)a->free_pages[--a->n_free_pages];
+}
+
+static int md__seq_page_slot(md_llama *a, struct md__seq *s, uint64_t idx)
+{
+	if (idx < s->page_of_cap)
+		return 0;
+	uint32_t cap = s->page_of_cap ? s->page_of_cap : 64;
+	while (cap <= idx)
+		cap *= 2;
+	int32_t *n = realloc(s->page_of, sizeof(int32_t) * cap);
+	if (!n)
+		return -ENOMEM;
+	for (uint32_t i = s->page_of_cap; i < cap; i++)
+		n[i] = -1;
+	s->page_of = n;
+	s->page_of_cap = cap;
+	return 0;
+}
+
+static int32_t md__page_at(const md_llama *a, llama_seq_id seq, llama_pos pos)
+{
+	if (seq < 0 || (uint32_t)seq >= a->n_seq_all || pos < 0)
+		return -1;
+	const struct md__seq *s = &a->seqs[seq];
+	uint64_t idx = (uint64_t)pos / a->P;
+	return idx < s->page_of_cap ? s->page_of[idx] : -1;
+}
+
+static int md__region_majority(uint64_t labels, uint32_t n)
+{
+	unsigned cnt[16] = {0}, best = 0;
+	for (uint32_t k = 0; k < n; k++)
+		cnt[md_label_get(labels, k)]++;
+	for (unsigned r = 1; r < 16; r++)
+		if (cnt[r] > cnt[best])
+			best = r;
+	return (int)best;
+}
+
+/* Drops a page's cells from the map and the page from the sequence. */
+static void md__page_release(md_llama *a, uint32_t p)
+{
+	struct md__page *pg = &a->pages[p];
+	struct md__seq *s = &a->seqs[pg->seq];
+	for (uint32_t c = 0; c < a->n_ctx; c++) {
+		if (a->cell_page[c] == (int32_t)p) {
+			a->cell_seq[c] = -1;
+			a->cell_pos[c] = -1;
+			a->cell_page[c] = -1;
+		}
+	}
+	s->page_of[(uint64_t)pg->first_pos / a->P] = -1;
+	s->live_tokens -= pg->n_tokens;
+	if (pg->registered && a->slot_to_page[pg->slot] == (int32_t)p)
+		a->slot_to_page[pg->slot] = -1;
+	pg->live = 0;
+	pg->registered = 0;
+	a->free_pages[a->n_free_pages++] = p;
+}
+
+static int md__page_is_tail(const md_llama *a, const struct md__page *pg)
+{
+	llama_pos last = a->seqs[pg->seq].pos_next - 1;
+	return last >= pg->first_pos && last < pg->first_pos + (llama_pos)a->P;
+}
+
+static int md__page_pinned(const md_llama *a, const struct md__page *pg)
+{
+	uint32_t mask = a->have_params ? a->params.pinned_mask : (1u << MD_REGION_SYSTEM);
+	for (uint32_t k = 0; k < pg->n_tokens; k++)
+		if (mask & (1u << md_label_get(pg->labels, k)))
+			return 1;
+	return 0;
+}
+
+/* Frees page p in llama.cpp (positions kept, a hole) and everywhere else. */
+static int md__evict(md_llama *a, uint32_t p, int by_daemon)
+{
+	struct md__page *pg = &a->pages[p];
+	if (md__page_is_tail(a, pg) || md__page_pinned(a, pg)) {
+		a->st.cmds_refused++;
+		return -EPERM;
+	}
+	if (!llama_memory_seq_rm(a->mem, pg->seq, (llama_pos)pg->first_pos,
+				 (llama_pos)(pg->first_pos + a->P))) {
+		a->st.seq_rm_failed++;
+		return -EIO;
+	}
+	a->st.evictions++;
+	a->st.evicted_tokens += pg->n_tokens;
+	a->st.evictions_by_region[md__region_majority(pg->labels, pg->n_tokens)]++;
+	if (pg->registered && a->attached)
+		md_page_free(a->client, pg->slot, by_daemon ? MD_FREE_EVICTED : MD_FREE_FINISHED);
+	md__page_release(a, p);
+	return 0;
+}
+
+static void md__apply_commands(md_llama *a)
+{
+	struct md_evict cmds[MD_LLAMA_CMD_BATCH];
+	for (;;) {
+		int n = md_poll_commands(a->client, cmds, MD_LLAMA_CMD_BATCH);
+		if (n <= 0)
+			return;
+		for (int i = 0; i < n; i++) {
+			int32_t p = cmds[i].slot < a->page_cap ? a->slot_to_page[cmds[i].slot] : -1;
+			if (p < 0 || !a->pages[p].live || !a->pages[p].registered ||
+			    a->pages[p].gen != cmds[i].gen) {
+				a->st.cmds_stale++;
+				continue;
+			}
+			md__evict(a, (uint32_t)p, 1);
+		}
+		if (n < MD_LLAMA_CMD_BATCH)
+			return;
+	}
+}
+
+int md_llama_step(md_llama *a)
+{
+	if (!a->client)
+		return 0;
+	if (a->attached) {
+		if (!md_client_check(a->client, a->cfg.heartbeat_timeout_ms)) {
+			md__on_detached(a);
+			return 0;
+		}
+		md__refresh_params(a);
+		md__apply_commands(a);
+	} else {
+		md__try_reattach(a);
+		if (a->attached)
+			md__apply_commands(a);
+	}
+	return 0;
+}
+
+/* Over budget: give the daemon a bounded time to evict (it sees the pages we
+ * just published).  Fail-open: on timeout decoding goes on. */
+static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
+{
+	if (!a->attached || !a->have_params || !a->params.budget_sequence_tokens)
+		return;
+	uint64_t limit = a->params.budget_sequence_tokens + a->P;
+	struct md__seq *s = &a->seqs[seq];
+	if ((uint64_t)s->live_tokens + n_next <= limit)
+		return;
+	a->st.budget_waits++;
+	uint64_t deadline = md__now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
+	while ((uint64_t)s->live_tokens + n_next > limit) {
+		uint64_t now = md__now_ns();
+		if (now >= deadline || !a->attached) {
+			a->st.budget_wait_timeouts++;
+			return;
+		}
+		int ms = (int)((deadline - now) / 1000000ull);
+		md_wait_commands(a->client, ms > 10 ? 10 : (ms ? ms : 1));
+		md_llama_step(a);
+	}
+}
+
+/* Declares the pages the tokens [pos0, pos0+n) of seq go into. */
+static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
+			    const uint8_t *regions, uint32_t n)
+{
+	struct md__seq *s = &a->seqs[seq];
+	int32_t touched[MD_PAGE_TOKENS_MAX + 2];
+	uint32_t n_touched = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		llama_pos pos = pos0 + (llama_pos)i;
+		uint64_t idx = (uint64_t)pos / a->P;
+		int rc = md__seq_page_slot(a, s, idx);
+		if (rc < 0)
+			return rc;
+		int32_t p = s->page_of[idx];
+		if (p < 0) {
+			p = md__page_alloc(a);
+			if (p < 0)
+				return MD_ENOSLOT;
+			struct md__page *pg = &a->pages[p];
+			memset(pg, 0, sizeof(*pg));
+			pg->seq = seq;
+			pg->first_pos = (int64_t)idx * a->P;
+			pg->live = 1;
+			s->page_of[idx] = p;
+		}
+		struct md__page *pg = &a->pages[p];
+		uint32_t k = (uint32_t)(pos - pg->first_pos);
+		pg->labels = md_label_set(pg->labels, k, regions[i]);
+		if (k + 1 > pg->n_tokens) {
+			s->live_tokens += k + 1 - pg->n_tokens;
+			pg->n_tokens = (uint16_t)(k + 1);
+		}
+		pg->dirty = 1;
+		if (!n_touched || touched[n_touched - 1] != p) {
+			if (n_touched == MD_PAGE_TOKENS_MAX + 2) {
+				/* long prefill: flush what we have so far */
+				for (uint32_t j = 0; j < n_touched; j++) {
+					struct md__page *q = &a->pages[touched[j]];
+					if (a->attached && q->registered && q->dirty) {
+						md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
+						q->dirty = 0;
+					} else if (a->attached && !q->registered) {
+						md__page_register(a, (uint32_t)touched[j]);
+					}
+				}
+				n_touched = 0;
+			}
+			touched[n_touched++] = p;
+		}
+	}
+	if (!a->attached)
+		return 0;
+	for (uint32_t j = 0; j < n_touched; j++) {
+		struct md__page *q = &a->pages[touched[j]];
+		if (!q->registered)
+			md__page_register(a, (uint32_t)touched[j]);
+		else if (q->dirty) {
+			md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
+			q->dirty = 0;
+		}
+	}
+	return 0;
+}
+
+/* ---- cb_eval: what the graph shows ---- */
+
+static int md__name_is(const char *name, const char *prefix, size_t len)
+{
+	return strncmp(name, prefix, len) == 0;
+}
+
+static const void *md__tensor_host(md_llama *a, const struct ggml_tensor *t, size_t nbytes)
+{
+	if (!t->buffer || ggml_backend_buffer_is_host(t->buffer))
+		return t->data;
+	size_t need = (nbytes + sizeof(float) - 1) / sizeof(float);
+	if (need > a->scratch_floats) {
+		float *n = realloc(a->scratch, need * sizeof(float));
+		if (!n)
+			return NULL;
+		a->scratch = n;
+		a->scratch_floats = need;
+	}
+	ggml_backend_tensor_get((struct ggml_tensor *)t, a->scratch, 0, nbytes);
+	return a->scratch;
+}
+
+static void md__observe_kv_write(md_llama *a, const struct ggml_tensor *t)
+{
+	const struct ggml_tensor *idx = t->src[1];
+	if (!idx || (idx->type != GGML_TYPE_I64 && idx->type != GGML_TYPE_I32))
+		return;
+	int64_t n = ggml_nelements(idx);
+	if (n != (int64_t)a->cur_n)
+		return;  /* not the ubatch we issued: leave the map alone (counted) */
+	const void *data = md__tensor_host(a, idx, ggml_nbytes(idx));
+	if (!data)
+		return;
+	for (int64_t j = 0; j < n; j++) {
+		int64_t cell = idx->type == GGML_TYPE_I64 ? ((const int64_t *)data)[j]
+							   : ((const int32_t *)data)[j];
+		if (cell < 0 || cell >= (int64_t)a->n_ctx)
+			continue;
+		llama_pos pos = a->cur_pos0 + (llama_pos)j;
+		a->cell_seq[cell] = a->cur_seq;
+		a->cell_pos[cell] = pos;
+		if (a->cur_tracked) {
+			int32_t p = md__page_at(a, a->cur_seq, pos);
+			a->cell_page[cell] = p;
+			a->cell_tok[cell] = p >= 0 ? (uint8_t)(pos - a->pages[p].first_pos) : 0;
+		} else {
+			a->cell_page[cell] = -1;
+		}
+	}
+	a->st.map_writes += (uint64_t)n;
+	a->cur_idx_seen = 1;
+}
+
+static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint32_t rows,
+			   uint32_t stride)
+{
+	for (uint32_t r = 0; r < rows; r++) {
+		const float *row = probs + (size_t)r * stride;
+		double live = 0, dead = 0;
+		for (uint32_t c = 0; c < n_kv; c++) {
+			if (a->cell_seq[c] == a->cur_seq)
+				live += row[c];
+			else
+				dead += row[c];
+		}
+		double err = fabs(live - 1.0);
+		if (err > a->st.row_sum_max_err)
+			a->st.row_sum_max_err = err;
+		if (dead > a->st.row_dead_mass_max)
+			a->st.row_dead_mass_max = dead;
+	}
+}
+
+static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
+{
+	if (t->type != GGML_TYPE_F32 || t->ne[3] != 1)
+		return;
+	uint32_t n_kv = (uint32_t)t->ne[0];
+	uint32_t n_q = (uint32_t)t->ne[1];
+	uint32_t n_head = (uint32_t)t->ne[2];
+	if (n_kv > a->n_ctx || t->nb[0] != sizeof(float) || t->nb[2] != t->nb[1] * t->ne[1])
+		return;
+	const float *data = md__tensor_host(a, t, ggml_nbytes(t));
+	if (!data)
+		return;
+	uint32_t stride = (uint32_t)(t->nb[1] / sizeof(float));
+	if (a->cfg.check_rows)
+		md__check_rows(a, data, n_kv, n_q * n_head, stride);
+	if (!a->cur_tracked)
+		return;
+	/* The tensor is [head][query][cell]; the reduction is a mean over all
+	 * (query, head) rows, so handing it over as n_q*n_head rows is exact. */
+	struct mdk_probs pr = {
+		.probs = data, .n_query = n_q * n_head, .n_head = 1, .n_kv = n_kv,
+		.row_stride = stride,
+	};
+	struct mdk_cell_map map = {
+		.page = a->cell_page, .token = a->cell_tok, .n_kv = n_kv,
+		.n_pages = a->page_cap, .page_tokens = a->P,
+	};
+	struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
+	mdk_page_mass_accumulate(&pr, &map, 1.0f / (float)a->n_layer_observed, &out,
+				 MDK_IMPL_AUTO);
+	a->st.layers_observed++;
+}
+
+static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
+{
+	md_llama *a = user;
+	if (!a->in_decode)
+		return false;
+	if (ask) {
+		if (t->op == GGML_OP_SET_ROWS && md__name_is(t->name, "cache_k_l0", 10) &&
+		    (t->name[10] == ' ' || t->name[10] == '\0'))
+			return true;
+		if (a->cfg.capture_attention && t->op == GGML_OP_SOFT_MAX &&
+		    md__name_is(t->name, "kq_soft_max-", 12)) {
+			long il = strtol(t->name + 12, NULL, 10);
+			return il >= 0 && (uint32_t)il % a->cfg.layer_stride == 0;
+		}
+		return false;
+	}
+	if (t->op == GGML_OP_SET_ROWS)
+		md__observe_kv_write(a, t);
+	else if (t->op == GGML_OP_SOFT_MAX)
+		md__observe_attention(a, t);
+	return true;  /* false would abort the graph */
+}
+
+/* ---- decode ---- */
+
+static void md__publish_attention(md_llama *a, llama_seq_id seq)
+{
+	struct md__seq *s = &a->seqs[seq];
+	struct mdk_cell_map map = {
+		.page = a->cell_page, .token = a->cell_tok, .n_kv = a->n_ctx,
+		.n_pages = a->page_cap, .page_tokens = a->P,
+	};
+	struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
+	float tau = (float)a->params.tau;
+	float norm = a->params.norm_mode == MD_NORM_RELATIVE ? (float)s->live_tokens : 1.0f;
+	mdk_page_refresh(&map, tau, norm, &out);
+	for (uint32_t i = 0; i < s->page_of_cap; i++) {
+		int32_t p = s->page_of[i];
+		if (p < 0 || !a->pages[p].registered)
+			continue;
+		int rc = md_attn_page(a->client, a->pages[p].slot, a->page_mass[p], a->refresh[p]);
+		if (rc == 0)
+			a->st.attn_records++;
+		else
+			a->st.attn_dropped++;
+	}
+}
+
+/* Full cache with no daemon: free the oldest evictable page of seq so that
+ * decoding goes on (DESIGN.md §3 local fallback). */
+static int md__local_fallback(md_llama *a, llama_seq_id seq)
+{
+	struct md__seq *s = &a->seqs[seq];
+	for (uint32_t i = 0; i < s->page_of_cap; i++) {
+		int32_t p = s->page_of[i];
+		if (p >= 0 && md__evict(a, (uint32_t)p, 0) == 0) {
+			a->st.local_evictions++;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
+			  const llama_token *tok, const uint8_t *regions, uint32_t n,
+			  int logits_mode, int last_piece)
+{
+	int tracked = regions != NULL && (uint32_t)seq < a->max_seqs;
+	struct md__seq *s = &a->seqs[seq];
+	llama_pos pos0 = s->pos_next;
+	if (tracked) {
+		md__budget_wait(a, seq, n);
+		int rc = md__pages_append(a, seq, pos0, regions, n);
+		if (rc < 0)
+			return rc;
+	}
+	b->n_tokens = (int32_t)n;
+	for (uint32_t i = 0; i < n; i++) {
+		b->token[i] = tok[i];
+		b->pos[i] = pos0 + (llama_pos)i;
+		b->n_seq_id[i] = 1;
+		b->seq_id[i][0] = seq;
+		b->logits[i] = logits_mode == 2 || (logits_mode == 1 && last_piece && i == n - 1);
+	}
+	if (tracked && a->cfg.capture_attention) {
+		struct mdk_cell_map map = {
+			.page = a->cell_page, .token = a->cell_tok, .n_kv = a->n_ctx,
+			.n_pages = a->page_cap, .page_tokens = a->P,
+		};
+		struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
+		mdk_page_mass_zero(&map, &out);
+	}
+	a->cur_seq = seq;
+	a->cur_pos0 = pos0;
+	a->cur_n = n;
+	a->cur_tracked = tracked;
+	a->cur_idx_seen = 0;
+	a->in_decode = 1;
+	int rc = llama_decode(a->ctx, *b);
+	while (rc == 1 && !a->attached && tracked && md__local_fallback(a, seq) == 0)
+		rc = llama_decode(a->ctx, *b);
+	a->in_decode = 0;
+	if (rc != 0)
+		return rc;  /* llama.cpp kept its state; our pages stay declared */
+	if (!a->cur_idx_seen)
+		a->st.map_missing++;
+	s->pos_next = pos0 + (llama_pos)n;
+	a->st.ubatches++;
+	if (tracked) {
+		a->st.tokens_tracked += n;
+		if (s->live_tokens > a->st.peak_live_tokens)
+			a->st.peak_live_tokens = s->live_tokens;
+		a->live_weighted_sum += (double)s->live_tokens * n;
+		a->live_weight += n;
+		if (a->attached) {
+			md_seq_step(a->client, (uint32_t)seq, n);
+			if (a->cfg.capture_attention)
+				md__publish_attention(a, seq);
+		}
+	}
+	md_llama_step(a);
+	return 0;
+}
+
+int md_llama_decode(md_llama *a, llama_seq_id seq, const llama_token *tok,
+		    const uint8_t *regions, uint32_t n, int logits)
+{
+	if (!a->ctx || seq < 0 || (uint32_t)seq >= a->n_seq_all)
+		return -EINVAL;
+	if (!n)
+		return 0;
+	uint32_t cap = a->n_ubatch;
+	struct llama_batch b = llama_batch_init((int32_t)cap, 0, 1);
+	int rc = 0;
+	uint32_t done = 0;
+	while (done < n) {
+		uint32_t k = n - done < cap ? n - done : cap;
+		int tracked = regions != NULL && (uint32_t)seq < a->max_seqs;
+		/* Under a budget, go page by page so the daemon can keep occupancy
+		 * within budget + one page.  Otherwise keep llama.cpp's batches. */
+		if (tracked && a->attached && a->have_params && a->params.budget_sequence_tokens) {
+			uint64_t live = a->seqs[seq].live_tokens;
+			if (live + k > a->params.budget_sequence_tokens) {
+				uint32_t in_page = a->P - (uint32_t)(a->seqs[seq].pos_next % a->P);
+				if (k > in_page)
+					k = in_page;
+			}
+		}
+		rc = md__decode_one(a, &b, seq, tok + done, regions ? regions + done : NULL, k,
+				    logits, done + k == n);
+		if (rc != 0)
+			break;
+		done += k;
+	}
+	llama_batch_free(b);
+	return rc;
+}
+
+llama_pos md_llama_pos_next(const md_llama *a, llama_seq_id seq)
+{
+	if (seq < 0 || (uint32_t)seq >= a->n_seq_all)
+		return -1;
+	return a->seqs[seq].pos_next;
+}
+
+int md_llama_seq_copy(md_llama *a, llama_seq_id src, llama_seq_id dst)
+{
+	if (src < 0 || dst < 0 || (uint32_t)src >= a->n_seq_all || (uint32_t)dst >= a->n_seq_all ||
+	    (uint32_t)dst < a->max_seqs || src == dst)
+		return -EINVAL;
+	md_llama_seq_truncate(a, dst, 0);
+	llama_memory_seq_cp(a->mem, src, dst, -1, -1);
+	/* Shared cells stay mapped to src: the copy only ever adds its own. */
+	a->seqs[dst].pos_next = a->seqs[src].pos_next;
+	return 0;
+}
+
+int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
+{
+	if (seq < 0 || (uint32_t)seq >= a->n_seq_all)
+		return -EINVAL;
+	int tracked = (uint32_t)seq < a->max_seqs;
+	if (tracked && p0 > 0)
+		return -EINVAL;
+	if (p0 < 0)
+		p0 = 0;
+	llama_memory_seq_rm(a->mem, seq, p0, -1);
+	for (uint32_t c = 0; c < a->n_ctx; c++) {
+		if (a->cell_seq[c] == seq && a->cell_pos[c] >= p0) {
+			a->cell_seq[c] = -1;
+			a->cell_pos[c] = -1;
+			a->cell_page[c] = -1;
+		}
+	}
+	struct md__seq *s = &a->seqs[seq];
+	if (tracked) {
+		for (uint32_t i = 0; i < s->page_of_cap; i++) {
+			int32_t p = s->page_of[i];
+			if (p < 0)
+				continue;
+			if (a->pages[p].registered && a->attached)
+				md_page_free(a->client, a->pages[p].slot, MD_FREE_FINISHED);
+			md__page_release(a, (uint32_t)p);
+		}
+		if (a->attached)
+			md_seq_end(a->client, (uint32_t)seq);
+		s->live_tokens = 0;
+	}
+	s->pos_next = p0;
+	return 0;
+}
+
+int md_llama_evict_page(md_llama *a, llama_seq_id seq, llama_pos pos)
+{
+	int32_t p = md__page_at(a, seq, pos);
+	if (p < 0 || (uint32_t)seq >= a->max_seqs)
+		return -ENOENT;
+	return md__evict(a, (uint32_t)p, 0);
+}
+
+int md_llama_cell(const md_llama *a, uint32_t cell, llama_seq_id *seq, llama_pos *pos)
+{
+	if (cell >= a->n_ctx)
+		return -EINVAL;
+	*seq = a->cell_seq[cell];
+	*pos = a->cell_pos[cell];
+	return 0;
+}
+
+uint32_t md_llama_n_cells(const md_llama *a)
+{
+	return a->n_ctx;
+}
+
+uint32_t md_llama_live_tokens(const md_llama *a, llama_seq_id seq)
+{
+	if (seq < 0 || (uint32_t)seq >= a->n_seq_all)
+		return 0;
+	return a->seqs[seq].live_tokens;
+}
+
+int md_llama_token_region(const md_llama *a, llama_seq_id seq, llama_pos pos)
+{
+	int32_t p = md__page_at(a, seq, pos);
+	if (p < 0)
+		return -1;
+	const struct md__page *pg = &a->pages[p];
+	uint32_t k = (uint32_t)(pos - pg->first_pos);
+	if (k >= pg->n_tokens)
+		return -1;
+	return (int)md_label_get(pg->labels, k);
+}
+
+void md_llama_get_stats(const md_llama *a, struct md_llama_stats *out)
+{
+	*out = a->st;
+	out->mean_live_tokens = a->live_weight ? a->live_weighted_sum / (double)a->live_weight : 0;
+	out->attached = a->attached;
+	if (a->client && a->attached) {
+		struct md_client_counters cc;
+		md_client_counters(a->client, &cc);
+		out->attn_dropped += cc.attn_dropped;
+	}
+}

@@ -1,0 +1,362 @@
+/*
+ * attach.c — turning a HELLO into an attached engine, and releasing it.
+ *
+ * The daemon creates both memfd segments (so it fixes the geometry), writes
+ * their headers with the magic last, seals them against resizing (the daemon
+ * segment also against future writable mappings: the engine can only map it
+ * read-only), and passes them with two eventfds over SCM_RIGHTS.  From then on
+ * the daemon uses only its private copy of the geometry (liburing setup.c
+ * style); the shared header is for the engine's benefit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "ctl_parse.h"
+#include "daemon.h"
+#include "log.h"
+
+static const char *detach_names[] = { "eof", "heartbeat", "violations", "shutdown", "error" };
+
+const char *md__detach_reason_name(int r)
+{
+	return r >= 0 && r < MD__DETACH_COUNT ? detach_names[r] : "?";
+}
+
+static uint32_t pow2_at_least(uint64_t v, uint32_t cap)
+{
+	uint64_t p = 1;
+	while (p < v && p < cap)
+		p <<= 1;
+	return (uint32_t)(p > cap ? cap : p);
+}
+
+struct md__engine *md__engine_find(struct md__daemon *d, uint32_t id)
+{
+	for (struct md__engine *e = d->engines; e; e = e->next)
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+struct md__engine *md__engine_lookup(struct md__daemon *d, const char *s)
+{
+	uint64_t id;
+	if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX) {
+		struct md__engine *e = md__engine_find(d, (uint32_t)id);
+		if (e)
+			return e;
+	}
+	struct md__engine *hit = NULL;
+	for (struct md__engine *e = d->engines; e; e = e->next) {
+		if (!strcmp(e->name, s)) {
+			if (hit)
+				return NULL; /* ambiguous: ask for the id */
+			hit = e;
+		}
+	}
+	return hit;
+}
+
+static void seg_header(struct md_segment_header *h, uint32_t kind, uint64_t size,
+		       const struct md__engine *e, uint64_t instance)
+{
+	h->abi_major = MD_ABI_MAJOR;
+	h->abi_minor = MD_ABI_MINOR;
+	h->kind = kind;
+	h->header_size = sizeof(*h);
+	h->segment_size = size;
+	h->engine_id = e->id;
+	h->page_tokens = e->page_tokens;
+	h->page_capacity = e->page_capacity;
+	h->max_seqs = e->max_seqs;
+	h->stats_capacity = e->stats_capacity;
+	h->cmd_capacity = e->cmd_capacity;
+	h->instance_id = instance;
+}
+
+static int make_memfd(const char *name, uint64_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int err = errno;
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+static void engine_free(struct md__engine *e)
+{
+	if (e->eseg)
+		munmap((void *)e->eseg, e->eseg_size);
+	if (e->dseg)
+		munmap(e->dseg, e->dseg_size);
+	int fds[] = { e->eseg_fd, e->dseg_fd, e->bell_to_daemon_fd, e->bell_to_engine_fd };
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(e->pending);
+	free(e);
+}
+
+static void bell_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf, void *ud)
+{
+	struct md__engine *e = ud;
+	e->d->idle_wake = 1;
+	if (res < 0 && res != -EAGAIN && res != -EINTR)
+		md__warn("engine %u (%s): doorbell read failed: %s", e->id, e->name, strerror(-res));
+}
+
+static int send_reply_fds(int sock, const char *msg, const int fds[MD_ATTACH_FDS])
+{
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = strlen(msg) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MD_ATTACH_FDS)];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * MD_ATTACH_FDS);
+	memcpy(CMSG_DATA(cm), fds, sizeof(int) * MD_ATTACH_FDS);
+	ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	return (size_t)n == iov.iov_len ? 0 : -EAGAIN;
+}
+
+static void refuse(struct md__daemon *d, struct md__conn *c, const char *msg)
+{
+	char line[512];
+	int n = snprintf(line, sizeof(line), "ERR %s\n", msg);
+	d->attach_refused++;
+	md__warn("attach refused (pid %d uid %u): %s", (int)c->pid, (unsigned)c->uid, msg);
+	md__conn_send(d, c, line, (size_t)n);
+	c->close_after_reply = 1;
+}
+
+int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
+{
+	char err[256];
+	struct md__hello hello;
+	if (md__hello_parse(hello_line, &hello, err, sizeof(err)) < 0) {
+		refuse(d, c, err);
+		return -EINVAL;
+	}
+	struct md__engine_opts opts;
+	md__engine_opts_defaults(&opts);
+	snprintf(opts.name, sizeof(opts.name), "%s", hello.name);
+	if (hello.policy[0]) {
+		opts.policy = md__policy_from_name(hello.policy);
+		if (opts.policy < 0) {
+			snprintf(err, sizeof(err), "HELLO field policy=%s: unknown policy", hello.policy);
+			refuse(d, c, err);
+			return -EINVAL;
+		}
+	}
+	opts.budget_engine_pages = hello.budget_pages;
+	opts.budget_sequence_tokens = hello.budget_sequence_tokens;
+	opts.weight = hello.weight;
+
+	struct md__engine *e = calloc(1, sizeof(*e));
+	if (!e) {
+		refuse(d, c, "out of memory");
+		return -ENOMEM;
+	}
+	e->d = d;
+	e->eseg_fd = e->dseg_fd = e->bell_to_daemon_fd = e->bell_to_engine_fd = -1;
+	e->id = ++d->next_engine_id;
+	snprintf(e->name, sizeof(e->name), "%s", hello.name);
+	e->pid = c->pid;
+	e->uid = c->uid;
+	e->page_tokens = hello.page_tokens;
+	e->page_capacity = hello.page_capacity;
+	e->max_seqs = hello.max_seqs;
+	e->tp_rank = hello.tp_rank;
+	e->tp_size = hello.tp_size;
+	uint64_t want_stats = 4ull * e->page_capacity;
+	e->stats_capacity = pow2_at_least(want_stats > 4096 ? want_stats : 4096, MD_RING_CAPACITY_MAX);
+	e->cmd_capacity = pow2_at_least(e->page_capacity > 1024 ? e->page_capacity : 1024,
+					MD_RING_CAPACITY_MAX);
+
+	struct md_engine_offsets eoff;
+	struct md_daemon_offsets doff;
+	e->eseg_size = md_engine_layout(e->page_capacity, e->max_seqs, e->stats_capacity, &eoff);
+	e->dseg_size = md_daemon_layout(e->cmd_capacity, &doff);
+
+	const char *step = "memfd";
+	char name[96];
+	int rc;
+	snprintf(name, sizeof(name), "memdecay-engine-%u", e->id);
+	if ((rc = make_memfd(name, e->eseg_size)) < 0)
+		goto fail;
+	e->eseg_fd = rc;
+	snprintf(name, sizeof(name), "memdecay-daemon-%u", e->id);
+	if ((rc = make_memfd(name, e->dseg_size)) < 0)
+		goto fail;
+	e->dseg_fd = rc;
+
+	step = "mmap";
+	void *em = mmap(NULL, e->eseg_size, PROT_READ | PROT_WRITE, MAP_SHARED, e->eseg_fd, 0);
+	if (em == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	e->eseg = em;
+	void *dm = mmap(NULL, e->dseg_size, PROT_READ | PROT_WRITE, MAP_SHARED, e->dseg_fd, 0);
+	if (dm == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	e->dseg = dm;
+
+	/* Engine segment: header only (the memfd is zero-filled: empty rings, free pages). */
+	struct md_segment_header *eh = em;
+	seg_header(eh, MD_SEGMENT_ENGINE, e->eseg_size, e, d->instance_id);
+	eh->off.engine = eoff;
+	md_store_release(&eh->magic, MD_ABI_MAGIC);
+	/* The daemon only reads the engine segment from now on. */
+	step = "mprotect";
+	if (mprotect(em, e->eseg_size, PROT_READ) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	e->ectrl = (const struct md_engine_ctrl *)((const char *)em + eoff.ctrl);
+	e->page_table = (const struct md_page_entry *)((const char *)em + eoff.page_table);
+	e->seq_clock = (const uint64_t *)((const char *)em + eoff.seq_clock);
+
+	struct md_segment_header *dh = dm;
+	seg_header(dh, MD_SEGMENT_DAEMON, e->dseg_size, e, d->instance_id);
+	dh->off.daemon = doff;
+	e->dctrl = (struct md_daemon_ctrl *)((char *)dm + doff.ctrl);
+	e->params = (struct md_param_block *)((char *)dm + doff.params);
+	e->dctrl->instance_id = d->instance_id;
+	e->dctrl->heartbeat_ns = md__now_ns();
+
+	step = "policy host";
+	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
+				      e->max_seqs, &opts)) < 0)
+		goto fail;
+	e->params->seq = 0; /* md__engine_publish_params makes it 2 */
+	md__engine_publish_params(d, e);
+	md_store_release(&dh->magic, MD_ABI_MAGIC);
+
+	step = "seal";
+	if (fcntl(e->eseg_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    fcntl(e->dseg_fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
+		rc = -errno;
+		goto fail_host;
+	}
+
+	step = "eventfd";
+	e->bell_to_daemon_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	e->bell_to_engine_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->bell_to_daemon_fd < 0 || e->bell_to_engine_fd < 0) {
+		rc = -errno;
+		goto fail_host;
+	}
+
+	/* Private ring views: capacities and pointers from our own numbers. */
+	e->stats.data = (const char *)em + eoff.stats_ring;
+	e->stats.tail = &e->ectrl->stats_tail;
+	e->stats.head = &e->dctrl->stats_head;
+	e->stats.capacity = e->stats_capacity;
+	e->stats.rec_size = sizeof(struct md_stats_rec);
+	e->stats.next = 0;
+	e->cmds.data = (char *)dm + doff.cmd_ring;
+	e->cmds.tail = &e->dctrl->cmd_tail;
+	e->cmds.head = &e->ectrl->cmd_head;
+	e->cmds.capacity = e->cmd_capacity;
+	e->cmds.rec_size = sizeof(struct md_cmd);
+	e->cmds.next = 0;
+	e->cmds.cached_head = 0;
+	e->attach_ns = md__now_ns();
+	e->last_resync_request = 0;
+
+	step = "doorbell watch";
+	e->bell_w = md__loop_watch(d->loop, e->bell_to_daemon_fd, MD__WATCH_READ, sizeof(uint64_t),
+				   bell_cb, e);
+	if (!e->bell_w) {
+		rc = -errno;
+		goto fail_host;
+	}
+
+	char ok[128];
+	snprintf(ok, sizeof(ok), "OK engine_id=%u instance=%llu\n", e->id,
+		 (unsigned long long)d->instance_id);
+	int fds[MD_ATTACH_FDS] = { e->eseg_fd, e->dseg_fd, e->bell_to_daemon_fd,
+				   e->bell_to_engine_fd };
+	step = "sendmsg";
+	if ((rc = send_reply_fds(c->fd, ok, fds)) < 0) {
+		md__loop_unwatch(d->loop, e->bell_w);
+		goto fail_host;
+	}
+	/* The engine holds the segments now; our mappings keep them alive. */
+	close(e->eseg_fd);
+	close(e->dseg_fd);
+	e->eseg_fd = e->dseg_fd = -1;
+
+	e->conn = c;
+	c->engine = e;
+	e->next = d->engines;
+	d->engines = e;
+	d->n_engines++;
+	d->attaches++;
+	d->dirty = 1;
+	md__info("engine %u (%s) attached: pid %d uid %u page_tokens %u page_capacity %u "
+		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
+		 e->id, e->name, (int)e->pid, (unsigned)e->uid, e->page_tokens, e->page_capacity,
+		 e->max_seqs, e->stats_capacity, e->cmd_capacity,
+		 hello.policy[0] ? hello.policy : "default");
+	return 0;
+
+fail_host:
+	md__host_engine_remove(d->host, e->id);
+fail:
+	snprintf(err, sizeof(err), "attach failed at %s: %s", step, strerror(-rc));
+	md__err("engine %u (%s): %s", e->id, e->name, err);
+	engine_free(e);
+	refuse(d, c, err);
+	return rc;
+}
+
+void md__engine_detach(struct md__daemon *d, struct md__engine *e, int reason, const char *why)
+{
+	struct md__engine **pp = &d->engines;
+	while (*pp && *pp != e)
+		pp = &(*pp)->next;
+	if (!*pp)
+		return;
+	*pp = e->next;
+	d->n_engines--;
+	d->detaches[reason]++;
+	d->dirty = 1;
+	md__info("engine %u (%s) detached: %s%s%s (records %llu, evictions sent %llu, "
+		 "violations %llu)",
+		 e->id, e->name, md__detach_reason_name(reason), why ? ": " : "", why ? why : "",
+		 (unsigned long long)e->records, (unsigned long long)e->cmds_sent,
+		 (unsigned long long)e->violations);
+	md__host_engine_remove(d->host, e->id);
+	md__loop_unwatch(d->loop, e->bell_w);
+	if (e->conn) {
+		struct md__conn *c = e->conn;
+		c->engine = NULL;
+		e->conn = NULL;
+		if (reason != MD__DETACH_EOF)
+			md__conn_close(d, c);
+	}
+	engine_free(e);
+}

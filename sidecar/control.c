@@ -1,0 +1,675 @@
+/*
+ * control.c — operator commands on the control socket (memdecayctl's other
+ * half).  Each command validates everything before changing anything, so a
+ * refused request leaves the daemon exactly as it was.  Bodies are
+ * human-readable text, or JSON with --json; framing is in ctl_parse.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_parse.h"
+#include "daemon.h"
+#include "log.h"
+
+static const char *evict_reason_name[4] = { "none", "sequence_budget", "engine_budget",
+					    "global_budget" };
+
+static void region_name(const struct md__daemon *d, unsigned r, char *buf, size_t len)
+{
+	if (d->params.region_name[r][0])
+		snprintf(buf, len, "%s", d->params.region_name[r]);
+	else
+		snprintf(buf, len, "region%u", r);
+}
+
+int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p)
+{
+	d->params = *p;
+	md__host_set_params(d->host, &d->params);
+	md__engines_publish_params(d);
+	d->dirty = 1;
+	return 0;
+}
+
+static void frame_ok(struct md__sbuf *reply, const struct md__sbuf *body)
+{
+	md__sbuf_printf(reply, "OK %zu\n", body->len);
+	if (body->len)
+		md__sbuf_printf(reply, "%.*s", (int)body->len, body->p);
+	if (body->oom)
+		reply->oom = 1;
+}
+
+static void frame_err(struct md__sbuf *reply, const char *msg)
+{
+	/* one line, always */
+	md__sbuf_printf(reply, "ERR ");
+	for (const char *s = msg; *s; s++)
+		md__sbuf_printf(reply, "%c", (*s == '\n' || *s == '\r') ? ' ' : *s);
+	md__sbuf_printf(reply, "\n");
+}
+
+/* A value that reads as a finite number goes to JSON bare, else quoted. */
+static void json_value(struct md__sbuf *b, const char *v)
+{
+	char *end = NULL;
+	double x = strtod(v, &end);
+	if (*v && end && !*end && isfinite(x) && v[0] != '+' && v[0] != '.' &&
+	    strspn(v, "0123456789.-eE") == strlen(v))
+		md__sbuf_printf(b, "%s", v);
+	else if (!strcmp(v, "true") || !strcmp(v, "false"))
+		md__sbuf_printf(b, "%s", v);
+	else
+		md__sbuf_json_str(b, v);
+}
+
+struct visit_ctx {
+	struct md__sbuf *b;
+	int json;
+	int first;
+};
+
+static void visit_key(const char *key, const char *value, void *ud)
+{
+	struct visit_ctx *v = ud;
+	if (v->json) {
+		md__sbuf_printf(v->b, "%s", v->first ? "" : ",");
+		md__sbuf_json_str(v->b, key);
+		md__sbuf_printf(v->b, ":");
+		json_value(v->b, value);
+	} else {
+		md__sbuf_printf(v->b, "%s = %s\n", key, value);
+	}
+	v->first = 0;
+}
+
+static int cmd_get(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		   size_t errlen)
+{
+	if (r->argc == 0) {
+		struct visit_ctx v = { b, r->json, 1 };
+		if (r->json)
+			md__sbuf_printf(b, "{");
+		md__params_foreach(&d->params, visit_key, &v);
+		if (r->json)
+			md__sbuf_printf(b, "}\n");
+		return 0;
+	}
+	char val[512];
+	if (md__params_get(&d->params, r->argv[0], val, sizeof(val)) < 0) {
+		snprintf(err, errlen, "unknown key '%.100s'", r->argv[0]);
+		return -ENOENT;
+	}
+	if (r->json) {
+		md__sbuf_printf(b, "{");
+		md__sbuf_json_str(b, r->argv[0]);
+		md__sbuf_printf(b, ":");
+		json_value(b, val);
+		md__sbuf_printf(b, "}\n");
+	} else {
+		md__sbuf_printf(b, "%s\n", val);
+	}
+	return 0;
+}
+
+static int set_items(struct md__daemon *d, const char *const *items, size_t n, char *err,
+		     size_t errlen)
+{
+	struct md__params p = d->params;
+	int rc = md__params_set_many(&p, items, n, err, errlen);
+	if (rc < 0)
+		return rc;
+	md__daemon_apply_params(d, &p);
+	for (size_t i = 0; i < n; i++)
+		md__info("control: set %s", items[i]);
+	return 0;
+}
+
+static int cmd_set(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		   size_t errlen)
+{
+	int rc = set_items(d, (const char *const *)r->argv, (size_t)r->argc, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (r->json)
+		md__sbuf_printf(b, "{\"applied\":%d}\n", r->argc);
+	else
+		md__sbuf_printf(b, "applied %d key%s\n", r->argc, r->argc == 1 ? "" : "s");
+	return 0;
+}
+
+static struct md__engine *need_engine(struct md__daemon *d, const char *s, char *err,
+				      size_t errlen)
+{
+	struct md__engine *e = md__engine_lookup(d, s);
+	if (!e)
+		snprintf(err, errlen, "no attached engine '%.64s' (or the name is ambiguous: use the id)",
+			 s);
+	return e;
+}
+
+static int engine_opts_apply(struct md__daemon *d, struct md__engine *e,
+			     const struct md__engine_opts *o, char *err, size_t errlen)
+{
+	int rc = md__host_engine_set_opts(d->host, e->id, o);
+	if (rc < 0) {
+		snprintf(err, errlen, "engine %u: options refused: %s", e->id, strerror(-rc));
+		return rc;
+	}
+	md__engine_publish_params(d, e);
+	d->dirty = 1;
+	return 0;
+}
+
+static int cmd_policy(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
+		      char *err, size_t errlen)
+{
+	const char *name = r->argv[0];
+	int pol = md__policy_from_name(name);
+	if (pol < 0) {
+		snprintf(err, errlen,
+			 "unknown policy '%.40s' (memdecay, memdecay-norm, h2o, recency, random)",
+			 name);
+		return -EINVAL;
+	}
+	if (r->engine) {
+		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		if (!e)
+			return -ENOENT;
+		struct md__engine_opts o;
+		md__host_engine_get_opts(d->host, e->id, &o);
+		o.policy = pol;
+		int rc = engine_opts_apply(d, e, &o, err, errlen);
+		if (rc < 0)
+			return rc;
+		md__info("control: engine %u (%s) policy %s", e->id, e->name, name);
+		md__sbuf_printf(b, r->json ? "{\"engine\":%u,\"policy\":\"%s\"}\n"
+					   : "engine %u policy %s\n", e->id, name);
+		return 0;
+	}
+	char item[64];
+	snprintf(item, sizeof(item), "policy=%s", name);
+	const char *items[] = { item };
+	int rc = set_items(d, items, 1, err, errlen);
+	if (rc < 0)
+		return rc;
+	md__sbuf_printf(b, r->json ? "{\"policy\":\"%s\"}\n" : "default policy %s\n", name);
+	return 0;
+}
+
+static int cmd_budget(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
+		      char *err, size_t errlen)
+{
+	if (r->engine) {
+		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		if (!e)
+			return -ENOENT;
+		if (r->number > INT64_MAX) {
+			snprintf(err, errlen, "budget %s: N is too large", r->scope);
+			return -EINVAL;
+		}
+		struct md__engine_opts o;
+		md__host_engine_get_opts(d->host, e->id, &o);
+		if (!strcmp(r->scope, "engine_pages"))
+			o.budget_engine_pages = (int64_t)r->number;
+		else
+			o.budget_sequence_tokens = (int64_t)r->number;
+		int rc = engine_opts_apply(d, e, &o, err, errlen);
+		if (rc < 0)
+			return rc;
+		md__info("control: engine %u (%s) budget %s %llu", e->id, e->name, r->scope,
+			 (unsigned long long)r->number);
+		md__sbuf_printf(b, r->json ? "{\"engine\":%u,\"%s\":%llu}\n" : "engine %u budget %s %llu\n",
+				e->id, r->scope, (unsigned long long)r->number);
+		return 0;
+	}
+	char item[96];
+	snprintf(item, sizeof(item), "budget.%s=%llu", r->scope, (unsigned long long)r->number);
+	const char *items[] = { item };
+	int rc = set_items(d, items, 1, err, errlen);
+	if (rc < 0)
+		return rc;
+	md__sbuf_printf(b, r->json ? "{\"%s\":%llu}\n" : "budget %s %llu\n", r->scope,
+			(unsigned long long)r->number);
+	return 0;
+}
+
+/* Engines in attach order (the list is newest first). */
+static size_t engines_in_order(struct md__daemon *d, struct md__engine **out, size_t cap)
+{
+	size_t n = 0;
+	for (struct md__engine *e = d->engines; e && n < cap; e = e->next)
+		out[n++] = e;
+	for (size_t i = 0; i < n / 2; i++) {
+		struct md__engine *t = out[i];
+		out[i] = out[n - 1 - i];
+		out[n - 1 - i] = t;
+	}
+	return n;
+}
+
+#define ENGINES_MAX 1024
+
+static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b)
+{
+	struct md__engine *list[ENGINES_MAX];
+	size_t n = engines_in_order(d, list, ENGINES_MAX);
+	uint64_t now = md__now_ns();
+	if (r->json)
+		md__sbuf_printf(b, "{\"engines\":[");
+	else
+		md__sbuf_printf(b, "%-4s %-20s %-8s %-14s %10s %10s %10s %3s %8s %9s\n", "ID", "NAME",
+				"PID", "POLICY", "PAGES", "BUDGET", "CAPACITY", "P", "MAX_SEQS",
+				"ATTACHED");
+	for (size_t i = 0; i < n; i++) {
+		struct md__engine *e = list[i];
+		struct md__engine_stats st;
+		memset(&st, 0, sizeof(st));
+		md__host_engine_stats(d->host, e->id, &st);
+		double up = (double)(now - e->attach_ns) / 1e9;
+		if (r->json) {
+			md__sbuf_printf(b, "%s{\"id\":%u,\"name\":", i ? "," : "", e->id);
+			md__sbuf_json_str(b, e->name);
+			md__sbuf_printf(b,
+					",\"pid\":%d,\"uid\":%u,\"policy\":\"%s\",\"pages_live\":%llu,"
+					"\"budget_engine_pages\":%llu,\"page_capacity\":%u,\"page_tokens\":%u,"
+					"\"max_seqs\":%u,\"tp_rank\":%u,\"tp_size\":%u,\"attached_s\":%.3f}",
+					(int)e->pid, (unsigned)e->uid, md__policy_name(st.policy),
+					(unsigned long long)st.pages_live,
+					(unsigned long long)st.budget_engine_pages, e->page_capacity,
+					e->page_tokens, e->max_seqs, e->tp_rank, e->tp_size, up);
+		} else {
+			md__sbuf_printf(b, "%-4u %-20s %-8d %-14s %10llu %10llu %10u %3u %8u %8.1fs\n",
+					e->id, e->name, (int)e->pid, md__policy_name(st.policy),
+					(unsigned long long)st.pages_live,
+					(unsigned long long)st.budget_engine_pages, e->page_capacity,
+					e->page_tokens, e->max_seqs, up);
+		}
+	}
+	if (r->json)
+		md__sbuf_printf(b, "]}\n");
+	else if (!n)
+		md__sbuf_printf(b, "(no engines attached)\n");
+	return 0;
+}
+
+static void stats_engine_json(struct md__daemon *d, struct md__engine *e, struct md__sbuf *b)
+{
+	struct md__engine_stats st;
+	memset(&st, 0, sizeof(st));
+	md__host_engine_stats(d->host, e->id, &st);
+	md__sbuf_printf(b, "{\"id\":%u,\"name\":", e->id);
+	md__sbuf_json_str(b, e->name);
+	md__sbuf_printf(b, ",\"policy\":\"%s\",\"records\":%llu,\"rejected\":{",
+			md__policy_name(st.policy), (unsigned long long)e->records);
+	for (int k = 1; k < MD__REJ_COUNT; k++)
+		md__sbuf_printf(b, "%s\"%s\":%llu", k > 1 ? "," : "", md__reject_name(k),
+				(unsigned long long)e->rejected[k]);
+	md__sbuf_printf(b, "},\"torn\":%llu,\"bad_tail\":%llu,\"violations\":%llu,"
+			   "\"evictions\":%llu,\"evictions_by_region\":{",
+			(unsigned long long)e->torn, (unsigned long long)e->bad_tail,
+			(unsigned long long)e->violations, (unsigned long long)st.evictions);
+	int first = 1;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		if (!d->params.region_name[r][0] && !st.evictions_by_region[r])
+			continue;
+		char rn[64];
+		region_name(d, r, rn, sizeof(rn));
+		md__sbuf_printf(b, "%s", first ? "" : ",");
+		md__sbuf_json_str(b, rn);
+		md__sbuf_printf(b, ":%llu", (unsigned long long)st.evictions_by_region[r]);
+		first = 0;
+	}
+	md__sbuf_printf(b, "},\"evictions_by_reason\":{");
+	for (int k = 1; k < 4; k++)
+		md__sbuf_printf(b, "%s\"%s\":%llu", k > 1 ? "," : "", evict_reason_name[k],
+				(unsigned long long)st.evictions_by_reason[k]);
+	const struct md_engine_ctrl *ec = e->ectrl;
+	md__sbuf_printf(b,
+			"},\"pages_live\":%llu,\"pages_evicting\":%llu,\"tokens_live\":%llu,"
+			"\"seqs_live\":%llu,\"budget_engine_pages\":%llu,\"decisions\":%llu,"
+			"\"decision_ns_total\":%llu,\"cmds_sent\":%llu,\"cmds_pending\":%zu,"
+			"\"cmd_ring_full\":%llu,\"doorbells\":%llu,\"resyncs\":%llu,"
+			"\"resync_pages\":%llu,\"resync_pages_skipped\":%llu,"
+			"\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
+			"\"cmds_stale\":%llu}",
+			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
+			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
+			(unsigned long long)st.budget_engine_pages, (unsigned long long)st.decisions,
+			(unsigned long long)st.decision_ns_total, (unsigned long long)e->cmds_sent,
+			e->pending_len, (unsigned long long)e->cmd_ring_full,
+			(unsigned long long)e->doorbells, (unsigned long long)e->resyncs,
+			(unsigned long long)e->resync_pages,
+			(unsigned long long)e->resync_pages_skipped,
+			(unsigned long long)md_load_relaxed(&ec->attn_dropped),
+			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
+			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
+			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
+}
+
+static void stats_engine_text(struct md__daemon *d, struct md__engine *e, struct md__sbuf *b)
+{
+	struct md__engine_stats st;
+	memset(&st, 0, sizeof(st));
+	md__host_engine_stats(d->host, e->id, &st);
+	const struct md_engine_ctrl *ec = e->ectrl;
+	md__sbuf_printf(b, "engine %u (%s) policy %s\n", e->id, e->name, md__policy_name(st.policy));
+	md__sbuf_printf(b, "  occupancy       %llu pages live (%llu evicting), %llu tokens, %llu sequences, budget %llu pages\n",
+			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
+			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
+			(unsigned long long)st.budget_engine_pages);
+	md__sbuf_printf(b, "  records         %llu ingested, %llu torn, %llu bad ring tail, %llu violations\n",
+			(unsigned long long)e->records, (unsigned long long)e->torn,
+			(unsigned long long)e->bad_tail, (unsigned long long)e->violations);
+	md__sbuf_printf(b, "  rejected       ");
+	for (int k = 1; k < MD__REJ_COUNT; k++)
+		md__sbuf_printf(b, " %s=%llu", md__reject_name(k), (unsigned long long)e->rejected[k]);
+	md__sbuf_printf(b, "\n  evictions       %llu (", (unsigned long long)st.evictions);
+	int first = 1;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		if (!st.evictions_by_region[r])
+			continue;
+		char rn[64];
+		region_name(d, r, rn, sizeof(rn));
+		md__sbuf_printf(b, "%s%s=%llu", first ? "" : " ", rn,
+				(unsigned long long)st.evictions_by_region[r]);
+		first = 0;
+	}
+	md__sbuf_printf(b, ")\n  by reason      ");
+	for (int k = 1; k < 4; k++)
+		md__sbuf_printf(b, " %s=%llu", evict_reason_name[k],
+				(unsigned long long)st.evictions_by_reason[k]);
+	md__sbuf_printf(b, "\n  commands        %llu sent, %zu pending, ring full %llu times, %llu doorbells; engine applied %llu, stale %llu\n",
+			(unsigned long long)e->cmds_sent, e->pending_len,
+			(unsigned long long)e->cmd_ring_full, (unsigned long long)e->doorbells,
+			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
+			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
+	md__sbuf_printf(b, "  engine drops    attention %llu, lifecycle %llu; resyncs %llu (%llu pages, %llu skipped)\n",
+			(unsigned long long)md_load_relaxed(&ec->attn_dropped),
+			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
+			(unsigned long long)e->resyncs, (unsigned long long)e->resync_pages,
+			(unsigned long long)e->resync_pages_skipped);
+	md__sbuf_printf(b, "  decisions       %llu, %.3f ms total\n", (unsigned long long)st.decisions,
+			(double)st.decision_ns_total / 1e6);
+}
+
+static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		     size_t errlen)
+{
+	struct md__engine *only = NULL;
+	if (r->engine && !(only = need_engine(d, r->engine, err, errlen)))
+		return -ENOENT;
+	struct md__engine *list[ENGINES_MAX];
+	size_t n = engines_in_order(d, list, ENGINES_MAX);
+	double up = (double)(md__now_ns() - d->start_ns) / 1e9;
+	if (r->json) {
+		md__sbuf_printf(b, "{\"daemon\":{\"instance\":%llu,\"backend\":\"%s\",\"uptime_s\":%.3f,"
+				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
+				   "\"connections\":%d,\"connections_refused\":%llu,\"iterations\":%llu,"
+				   "\"sleeps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
+				(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
+				d->n_engines, (unsigned long long)d->attaches,
+				(unsigned long long)d->attach_refused, d->n_conns,
+				(unsigned long long)d->conns_refused, (unsigned long long)d->iterations,
+				(unsigned long long)d->sleeps, (unsigned long long)d->reloads,
+				(unsigned long long)d->reload_failures);
+		for (int k = 0; k < MD__DETACH_COUNT; k++)
+			md__sbuf_printf(b, "%s\"%s\":%llu", k ? "," : "", md__detach_reason_name(k),
+					(unsigned long long)d->detaches[k]);
+		md__sbuf_printf(b, "}},\"engines\":[");
+		int first = 1;
+		for (size_t i = 0; i < n; i++) {
+			if (only && list[i] != only)
+				continue;
+			md__sbuf_printf(b, "%s", first ? "" : ",");
+			stats_engine_json(d, list[i], b);
+			first = 0;
+		}
+		md__sbuf_printf(b, "]}\n");
+		return 0;
+	}
+	md__sbuf_printf(b, "memdecayd instance %llu, %s loop, up %.1f s, %u engines, %d connections\n",
+			(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
+			d->n_engines, d->n_conns);
+	md__sbuf_printf(b, "  attaches %llu (refused %llu), detaches:", (unsigned long long)d->attaches,
+			(unsigned long long)d->attach_refused);
+	for (int k = 0; k < MD__DETACH_COUNT; k++)
+		md__sbuf_printf(b, " %s=%llu", md__detach_reason_name(k),
+				(unsigned long long)d->detaches[k]);
+	md__sbuf_printf(b, "\n");
+	for (size_t i = 0; i < n; i++)
+		if (!only || list[i] == only)
+			stats_engine_text(d, list[i], b);
+	return 0;
+}
+
+static int cmd_top(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		   size_t errlen)
+{
+	uint32_t id = UINT32_MAX;
+	if (r->engine) {
+		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		if (!e)
+			return -ENOENT;
+		id = e->id;
+	}
+	struct md__top_entry *t = calloc(r->number, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	size_t n = md__host_top(d->host, id, t, r->number);
+	if (r->json)
+		md__sbuf_printf(b, "{\"pages\":[");
+	else
+		md__sbuf_printf(b, "%-6s %-6s %-8s %-6s %-10s %-4s %-12s %12s %12s %12s\n", "ENGINE",
+				"SEQ", "SLOT", "GEN", "FIRST_POS", "TOK", "REGION", "SCORE", "DECAY",
+				"ATTN");
+	for (size_t i = 0; i < n; i++) {
+		char rn[64];
+		region_name(d, t[i].dominant_region & 0xf, rn, sizeof(rn));
+		if (r->json) {
+			md__sbuf_printf(b, "%s{\"engine\":%u,\"seq\":%u,\"slot\":%u,\"gen\":%u,"
+					   "\"first_pos\":%llu,\"n_tokens\":%u,\"region\":",
+					i ? "," : "", t[i].engine_id, t[i].seq, t[i].slot, t[i].gen,
+					(unsigned long long)t[i].first_pos, t[i].n_tokens);
+			md__sbuf_json_str(b, rn);
+			md__sbuf_printf(b, ",\"score\":%.9g,\"decay_term\":%.9g,\"attn_term\":%.9g}",
+					t[i].score, t[i].decay_term, t[i].attn_term);
+		} else {
+			md__sbuf_printf(b, "%-6u %-6u %-8u %-6u %-10llu %-4u %-12s %12.6g %12.6g %12.6g\n",
+					t[i].engine_id, t[i].seq, t[i].slot, t[i].gen,
+					(unsigned long long)t[i].first_pos, t[i].n_tokens, rn,
+					t[i].score, t[i].decay_term, t[i].attn_term);
+		}
+	}
+	if (r->json)
+		md__sbuf_printf(b, "]}\n");
+	free(t);
+	return 0;
+}
+
+static void prom_head(struct md__sbuf *b, const char *name, const char *type, const char *help)
+{
+	md__sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Engine names are printable without blanks; escape what Prometheus requires. */
+static void prom_name(struct md__sbuf *b, const char *s)
+{
+	for (; *s; s++)
+		md__sbuf_printf(b, (*s == '\\' || *s == '"') ? "\\%c" : "%c", *s);
+}
+
+static void prom_engine_labels(struct md__sbuf *b, const struct md__engine *e)
+{
+	md__sbuf_printf(b, "engine=\"%u\",name=\"", e->id);
+	prom_name(b, e->name);
+	md__sbuf_printf(b, "\"");
+}
+
+static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
+{
+	struct md__engine *list[ENGINES_MAX];
+	size_t n = engines_in_order(d, list, ENGINES_MAX);
+	struct md__engine_stats *st = calloc(n ? n : 1, sizeof(*st));
+	if (!st) {
+		b->oom = 1;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		md__host_engine_stats(d->host, list[i]->id, &st[i]);
+
+	prom_head(b, "memdecay_up_seconds", "gauge", "Seconds since memdecayd started.");
+	md__sbuf_printf(b, "memdecay_up_seconds %.3f\n", (double)(md__now_ns() - d->start_ns) / 1e9);
+	prom_head(b, "memdecay_engines_attached", "gauge", "Engines attached now.");
+	md__sbuf_printf(b, "memdecay_engines_attached %u\n", d->n_engines);
+	prom_head(b, "memdecay_attaches_total", "counter", "Engines attached since start.");
+	md__sbuf_printf(b, "memdecay_attaches_total %llu\n", (unsigned long long)d->attaches);
+	prom_head(b, "memdecay_attach_refused_total", "counter", "HELLOs refused.");
+	md__sbuf_printf(b, "memdecay_attach_refused_total %llu\n", (unsigned long long)d->attach_refused);
+	prom_head(b, "memdecay_detaches_total", "counter", "Engines detached, by reason.");
+	for (int k = 0; k < MD__DETACH_COUNT; k++)
+		md__sbuf_printf(b, "memdecay_detaches_total{reason=\"%s\"} %llu\n",
+				md__detach_reason_name(k), (unsigned long long)d->detaches[k]);
+	prom_head(b, "memdecay_control_requests_total", "counter", "Operator requests served.");
+	md__sbuf_printf(b, "memdecay_control_requests_total %llu\n", (unsigned long long)d->ctl_requests);
+	prom_head(b, "memdecay_control_errors_total", "counter", "Operator requests answered ERR.");
+	md__sbuf_printf(b, "memdecay_control_errors_total %llu\n", (unsigned long long)d->ctl_errors);
+	prom_head(b, "memdecay_loop_sleeps_total", "counter", "Times the daemon went idle.");
+	md__sbuf_printf(b, "memdecay_loop_sleeps_total %llu\n", (unsigned long long)d->sleeps);
+
+#define PER_ENGINE(metric, type, help, expr)                                   \
+	do {                                                                   \
+		prom_head(b, metric, type, help);                              \
+		for (size_t i = 0; i < n; i++) {                               \
+			const struct md__engine *e = list[i];                  \
+			const struct md__engine_stats *s = &st[i];             \
+			(void)s;                                               \
+			md__sbuf_printf(b, "%s{", metric);                     \
+			prom_engine_labels(b, e);                              \
+			md__sbuf_printf(b, "} %llu\n", (unsigned long long)(expr)); \
+		}                                                              \
+	} while (0)
+
+	PER_ENGINE("memdecay_pages_live", "gauge", "Live pages.", s->pages_live);
+	PER_ENGINE("memdecay_pages_evicting", "gauge", "Pages with an eviction in flight.", s->pages_evicting);
+	PER_ENGINE("memdecay_tokens_live", "gauge", "Live tokens.", s->tokens_live);
+	PER_ENGINE("memdecay_budget_engine_pages", "gauge", "Effective engine page budget (0: none).", s->budget_engine_pages);
+	PER_ENGINE("memdecay_records_total", "counter", "Stats records ingested.", e->records);
+	PER_ENGINE("memdecay_torn_records_total", "counter", "Records with a bad ring position.", e->torn);
+	PER_ENGINE("memdecay_violations_total", "counter", "Protocol violations counted toward detaching.", e->violations);
+	PER_ENGINE("memdecay_evictions_total", "counter", "Pages evicted.", s->evictions);
+	PER_ENGINE("memdecay_commands_sent_total", "counter", "Evict commands written to the ring.", e->cmds_sent);
+	PER_ENGINE("memdecay_commands_pending", "gauge", "Decisions waiting for command-ring room.", e->pending_len);
+	PER_ENGINE("memdecay_resyncs_total", "counter", "Rebuilds from the page table.", e->resyncs);
+	PER_ENGINE("memdecay_decisions_total", "counter", "Eviction decisions run.", s->decisions);
+	PER_ENGINE("memdecay_attn_dropped_total", "counter", "Attention records the engine dropped (ring full).", md_load_relaxed(&e->ectrl->attn_dropped));
+	PER_ENGINE("memdecay_cmds_stale_total", "counter", "Commands the engine ignored (generation changed).", md_load_relaxed(&e->ectrl->cmds_stale));
+#undef PER_ENGINE
+
+	prom_head(b, "memdecay_decision_seconds_total", "counter", "Time spent deciding.");
+	for (size_t i = 0; i < n; i++) {
+		md__sbuf_printf(b, "memdecay_decision_seconds_total{");
+		prom_engine_labels(b, list[i]);
+		md__sbuf_printf(b, "} %.9f\n", (double)st[i].decision_ns_total / 1e9);
+	}
+	prom_head(b, "memdecay_records_rejected_total", "counter", "Records rejected, by reason.");
+	for (size_t i = 0; i < n; i++)
+		for (int k = 1; k < MD__REJ_COUNT; k++) {
+			md__sbuf_printf(b, "memdecay_records_rejected_total{");
+			prom_engine_labels(b, list[i]);
+			md__sbuf_printf(b, ",reason=\"%s\"} %llu\n", md__reject_name(k),
+					(unsigned long long)list[i]->rejected[k]);
+		}
+	prom_head(b, "memdecay_evictions_by_region_total", "counter", "Pages evicted, by dominant region.");
+	for (size_t i = 0; i < n; i++)
+		for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+			if (!d->params.region_name[r][0] && !st[i].evictions_by_region[r])
+				continue;
+			char rn[64];
+			region_name(d, r, rn, sizeof(rn));
+			md__sbuf_printf(b, "memdecay_evictions_by_region_total{");
+			prom_engine_labels(b, list[i]);
+			md__sbuf_printf(b, ",region=\"%s\"} %llu\n", rn,
+					(unsigned long long)st[i].evictions_by_region[r]);
+		}
+	prom_head(b, "memdecay_evictions_by_reason_total", "counter", "Pages evicted, by budget scope.");
+	for (size_t i = 0; i < n; i++)
+		for (int k = 1; k < 4; k++) {
+			md__sbuf_printf(b, "memdecay_evictions_by_reason_total{");
+			prom_engine_labels(b, list[i]);
+			md__sbuf_printf(b, ",reason=\"%s\"} %llu\n", evict_reason_name[k],
+					(unsigned long long)st[i].evictions_by_reason[k]);
+		}
+	free(st);
+	return 0;
+}
+
+static int cmd_save(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		    size_t errlen)
+{
+	const char *path = r->argc ? r->argv[0] : (d->have_config ? d->config_path : NULL);
+	if (!path) {
+		snprintf(err, errlen, "save: no FILE given and memdecayd was started without --config");
+		return -EINVAL;
+	}
+	int rc = md__params_save_file(&d->params, path, err, errlen);
+	if (rc < 0)
+		return rc;
+	md__info("control: configuration saved to %s", path);
+	if (r->json) {
+		md__sbuf_printf(b, "{\"saved\":");
+		md__sbuf_json_str(b, path);
+		md__sbuf_printf(b, "}\n");
+	} else {
+		md__sbuf_printf(b, "saved %s\n", path);
+	}
+	return 0;
+}
+
+void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, struct md__sbuf *reply)
+{
+	struct md__ctl_req r;
+	char err[512] = "";
+	struct md__sbuf body = { 0 };
+	int rc;
+	d->ctl_requests++;
+	rc = md__ctl_parse(line, &r, err, sizeof(err));
+	if (rc == 0) {
+		switch (r.cmd) {
+		case MD__CTL_GET: rc = cmd_get(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_SET: rc = cmd_set(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_POLICY: rc = cmd_policy(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_BUDGET: rc = cmd_budget(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_ENGINES: rc = cmd_engines(d, &r, &body); break;
+		case MD__CTL_STATS: rc = cmd_stats(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_TOP: rc = cmd_top(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_METRICS: rc = cmd_metrics(d, &body); break;
+		case MD__CTL_SAVE: rc = cmd_save(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_CALIBRATE:
+			snprintf(err, sizeof(err), "calibrate is not available in this memdecayd yet");
+			rc = -ENOSYS;
+			break;
+		case MD__CTL_PING:
+			md__sbuf_printf(&body, r.json ? "{\"instance\":%llu,\"backend\":\"%s\"}\n"
+						       : "pong instance=%llu backend=%s\n",
+					(unsigned long long)d->instance_id, md__loop_backend_name(d->loop));
+			rc = 0;
+			break;
+		}
+	}
+	if (rc < 0) {
+		d->ctl_errors++;
+		if (!err[0])
+			snprintf(err, sizeof(err), "%s", strerror(-rc));
+		frame_err(reply, err);
+		md__debug("control request from pid %d refused: %s", c ? (int)c->pid : -1, err);
+	} else {
+		frame_ok(reply, &body);
+	}
+	md__sbuf_free(&body);
+}

@@ -1,0 +1,407 @@
+/*
+ * ctl_parse.c — HELLO and operator request parsing (see ctl_parse.h).
+ * Everything here treats its input as hostile: lengths are bounded, numbers
+ * are parsed strictly, and every error message names the offending field.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_parse.h"
+#include "memdecay_abi.h"
+
+int md__parse_u64(const char *s, uint64_t *out)
+{
+	if (!s || !*s)
+		return -EINVAL;
+	uint64_t v = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_i64_or_minus1(const char *s, int64_t *out)
+{
+	if (strcmp(s, "-1") == 0) {
+		*out = -1;
+		return 0;
+	}
+	uint64_t v;
+	if (md__parse_u64(s, &v) < 0 || v > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	*out = (int64_t)v;
+	return 0;
+}
+
+int md__ctl_text_ok(const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)buf[i];
+		if (c == '\t')
+			continue;
+		if (c < 0x20 || c > 0x7e)
+			return 0;
+	}
+	return 1;
+}
+
+size_t md__json_escape(const char *s, char *dst, size_t cap)
+{
+	size_t n = 0;
+	if (!cap)
+		return 0;
+	for (; *s && n + 7 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			dst[n++] = '\\';
+			dst[n++] = (char)c;
+		} else if (c < 0x20 || c > 0x7e) {
+			n += (size_t)snprintf(dst + n, cap - n, "\\u%04x", c);
+		} else {
+			dst[n++] = (char)c;
+		}
+	}
+	dst[n] = 0;
+	return n;
+}
+
+static int name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+static int u32_field(const char *key, const char *val, uint32_t lo, uint32_t hi,
+		     uint32_t *out, char *err, size_t errlen)
+{
+	uint64_t v;
+	if (md__parse_u64(val, &v) < 0 || v < lo || v > hi) {
+		snprintf(err, errlen, "HELLO field %s=%.32s: want an integer in %u..%u", key, val,
+			 lo, hi);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t errlen)
+{
+	char buf[MD_CTL_LINE_MAX + 1];
+	size_t len = strlen(line);
+	if (len > MD_CTL_LINE_MAX) {
+		snprintf(err, errlen, "HELLO line longer than %u bytes", MD_CTL_LINE_MAX);
+		return -EINVAL;
+	}
+	if (!md__ctl_text_ok(line, len)) {
+		snprintf(err, errlen, "HELLO line holds non-printable bytes");
+		return -EINVAL;
+	}
+	memcpy(buf, line, len + 1);
+	memset(out, 0, sizeof(*out));
+	out->budget_pages = -1;
+	out->budget_sequence_tokens = -1;
+	out->weight = 1.0;
+	out->tp_size = 1;
+
+	enum { F_ABI = 1, F_NAME = 2, F_PT = 4, F_PC = 8, F_MS = 16, F_RANK = 32, F_SIZE = 64,
+	       F_POL = 128, F_BP = 256, F_BST = 512, F_W = 1024 };
+	unsigned seen = 0;
+	char *save = NULL;
+	char *tok = strtok_r(buf, " \t", &save);
+	if (!tok || strcmp(tok, "HELLO") != 0) {
+		snprintf(err, errlen, "expected HELLO");
+		return -EINVAL;
+	}
+	int rc = 0;
+	while ((tok = strtok_r(NULL, " \t", &save))) {
+		char *eq = strchr(tok, '=');
+		if (!eq || eq == tok) {
+			snprintf(err, errlen, "HELLO field '%.40s' is not key=value", tok);
+			return -EINVAL;
+		}
+		*eq = 0;
+		const char *k = tok, *v = eq + 1;
+		unsigned bit = 0;
+		if (!strcmp(k, "abi")) {
+			bit = F_ABI;
+			char *dot = strchr(v, '.');
+			uint64_t ma, mi = 0;
+			char mj[16];
+			size_t ml = dot ? (size_t)(dot - v) : strlen(v);
+			if (ml == 0 || ml >= sizeof(mj)) {
+				snprintf(err, errlen, "HELLO field abi=%.32s: want MAJOR.MINOR", v);
+				return -EINVAL;
+			}
+			memcpy(mj, v, ml);
+			mj[ml] = 0;
+			if (md__parse_u64(mj, &ma) < 0 || ma > UINT32_MAX ||
+			    (dot && (md__parse_u64(dot + 1, &mi) < 0 || mi > UINT32_MAX))) {
+				snprintf(err, errlen, "HELLO field abi=%.32s: want MAJOR.MINOR", v);
+				return -EINVAL;
+			}
+			out->abi_major = (uint32_t)ma;
+			out->abi_minor = (uint32_t)mi;
+		} else if (!strcmp(k, "name")) {
+			bit = F_NAME;
+			if (!name_ok(v)) {
+				snprintf(err, errlen,
+					 "HELLO field name: want 1..63 printable characters");
+				return -EINVAL;
+			}
+			snprintf(out->name, sizeof(out->name), "%s", v);
+		} else if (!strcmp(k, "page_tokens")) {
+			bit = F_PT;
+			rc = u32_field(k, v, 1, MD_PAGE_TOKENS_MAX, &out->page_tokens, err, errlen);
+		} else if (!strcmp(k, "page_capacity")) {
+			bit = F_PC;
+			rc = u32_field(k, v, 1, MD_PAGE_CAPACITY_MAX, &out->page_capacity, err,
+				       errlen);
+		} else if (!strcmp(k, "max_seqs")) {
+			bit = F_MS;
+			rc = u32_field(k, v, 1, MD_MAX_SEQS_MAX, &out->max_seqs, err, errlen);
+		} else if (!strcmp(k, "tp_rank")) {
+			bit = F_RANK;
+			rc = u32_field(k, v, 0, MD__TP_SIZE_MAX - 1, &out->tp_rank, err, errlen);
+		} else if (!strcmp(k, "tp_size")) {
+			bit = F_SIZE;
+			rc = u32_field(k, v, 1, MD__TP_SIZE_MAX, &out->tp_size, err, errlen);
+		} else if (!strcmp(k, "policy")) {
+			bit = F_POL;
+			if (!*v || strlen(v) >= sizeof(out->policy)) {
+				snprintf(err, errlen, "HELLO field policy=%.32s: unknown policy", v);
+				return -EINVAL;
+			}
+			snprintf(out->policy, sizeof(out->policy), "%s", v);
+		} else if (!strcmp(k, "budget_pages")) {
+			bit = F_BP;
+			if (parse_i64_or_minus1(v, &out->budget_pages) < 0) {
+				snprintf(err, errlen,
+					 "HELLO field budget_pages=%.32s: want -1 or an integer >= 0",
+					 v);
+				return -EINVAL;
+			}
+		} else if (!strcmp(k, "budget_sequence_tokens")) {
+			bit = F_BST;
+			if (parse_i64_or_minus1(v, &out->budget_sequence_tokens) < 0) {
+				snprintf(err, errlen,
+					 "HELLO field budget_sequence_tokens=%.32s: want -1 or an integer >= 0",
+					 v);
+				return -EINVAL;
+			}
+		} else if (!strcmp(k, "weight")) {
+			bit = F_W;
+			char *end = NULL;
+			double w = strtod(v, &end);
+			if (!*v || *end || !isfinite(w) || w <= 0 || w > 1e6) {
+				snprintf(err, errlen, "HELLO field weight=%.32s: want a number in (0, 1e6]",
+					 v);
+				return -EINVAL;
+			}
+			out->weight = w;
+		} else {
+			/* A newer minor version may add fields; this one may not invent them. */
+			if ((seen & F_ABI) && out->abi_minor > MD_ABI_MINOR)
+				continue;
+			snprintf(err, errlen, "HELLO field '%.40s' is unknown", k);
+			return -EINVAL;
+		}
+		if (rc < 0)
+			return rc;
+		if (seen & bit) {
+			snprintf(err, errlen, "HELLO field %s given twice", k);
+			return -EINVAL;
+		}
+		seen |= bit;
+	}
+	const struct { unsigned bit; const char *name; } need[] = {
+		{ F_ABI, "abi" }, { F_NAME, "name" }, { F_PT, "page_tokens" },
+		{ F_PC, "page_capacity" }, { F_MS, "max_seqs" },
+	};
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+		if (!(seen & need[i].bit)) {
+			snprintf(err, errlen, "HELLO field %s is missing", need[i].name);
+			return -EINVAL;
+		}
+	}
+	if (out->abi_major != MD_ABI_MAJOR) {
+		snprintf(err, errlen, "ABI major version %u not supported (daemon speaks %u.%u)",
+			 out->abi_major, MD_ABI_MAJOR, MD_ABI_MINOR);
+		return -EPROTO;
+	}
+	if (out->tp_rank >= out->tp_size) {
+		snprintf(err, errlen, "HELLO field tp_rank=%u: must be below tp_size=%u",
+			 out->tp_rank, out->tp_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	enum md__ctl_cmd cmd;
+	int min_args, max_args; /* positional */
+	int engine_ok;
+} cmds[] = {
+	{ "get", MD__CTL_GET, 0, 1, 0 },
+	{ "set", MD__CTL_SET, 1, MD__CTL_ARGS_MAX, 0 },
+	{ "policy", MD__CTL_POLICY, 1, 1, 1 },
+	{ "budget", MD__CTL_BUDGET, 2, 2, 1 },
+	{ "engines", MD__CTL_ENGINES, 0, 0, 0 },
+	{ "stats", MD__CTL_STATS, 0, 0, 1 },
+	{ "top", MD__CTL_TOP, 1, 1, 1 },
+	{ "metrics", MD__CTL_METRICS, 0, 0, 0 },
+	{ "save", MD__CTL_SAVE, 0, 1, 0 },
+	{ "calibrate", MD__CTL_CALIBRATE, 0, 0, 0 },
+	{ "ping", MD__CTL_PING, 0, 0, 0 },
+};
+
+int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
+{
+	memset(req, 0, sizeof(*req));
+	size_t len = strlen(line);
+	while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+		line[--len] = 0;
+	if (len > MD_CTL_LINE_MAX) {
+		snprintf(err, errlen, "request longer than %u bytes", MD_CTL_LINE_MAX);
+		return -EINVAL;
+	}
+	if (!md__ctl_text_ok(line, len)) {
+		snprintf(err, errlen, "request holds non-printable bytes");
+		return -EINVAL;
+	}
+	char *save = NULL, *tok;
+	char *words[MD__CTL_ARGS_MAX + 8];
+	int nw = 0;
+	for (tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+		if (nw == (int)(sizeof(words) / sizeof(words[0]))) {
+			snprintf(err, errlen, "too many arguments (max %d)", MD__CTL_ARGS_MAX);
+			return -EINVAL;
+		}
+		words[nw++] = tok;
+	}
+	if (nw == 0) {
+		snprintf(err, errlen, "empty request");
+		return -EINVAL;
+	}
+	int ci = -1;
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(words[0], cmds[i].name))
+			ci = (int)i;
+	if (ci < 0) {
+		snprintf(err, errlen, "unknown command '%.40s' (try: get set policy budget engines stats top metrics save)",
+			 words[0]);
+		return -EINVAL;
+	}
+	req->cmd = cmds[ci].cmd;
+	req->cmd_name = cmds[ci].name;
+	for (int i = 1; i < nw; i++) {
+		char *w = words[i];
+		if (!strcmp(w, "--json")) {
+			req->json = 1;
+		} else if (!strcmp(w, "--engine")) {
+			if (!cmds[ci].engine_ok) {
+				snprintf(err, errlen, "%s does not take --engine", req->cmd_name);
+				return -EINVAL;
+			}
+			if (i + 1 >= nw || words[i + 1][0] == '-') {
+				snprintf(err, errlen, "--engine needs an engine id or name");
+				return -EINVAL;
+			}
+			if (req->engine) {
+				snprintf(err, errlen, "--engine given twice");
+				return -EINVAL;
+			}
+			req->engine = words[++i];
+		} else if (!strncmp(w, "--engine=", 9)) {
+			if (!cmds[ci].engine_ok || !w[9] || req->engine) {
+				snprintf(err, errlen, "bad option '%.40s' for %s", w, req->cmd_name);
+				return -EINVAL;
+			}
+			req->engine = w + 9;
+		} else if (!strcmp(w, "--apply") && req->cmd == MD__CTL_CALIBRATE) {
+			req->apply = 1;
+		} else if (w[0] == '-' && w[1] == '-') {
+			snprintf(err, errlen, "unknown option '%.40s' for %s", w, req->cmd_name);
+			return -EINVAL;
+		} else {
+			if (req->argc == MD__CTL_ARGS_MAX) {
+				snprintf(err, errlen, "too many arguments (max %d)", MD__CTL_ARGS_MAX);
+				return -EINVAL;
+			}
+			req->argv[req->argc++] = w;
+		}
+	}
+	if (req->argc < cmds[ci].min_args || req->argc > cmds[ci].max_args) {
+		static const char *usage[] = {
+			[MD__CTL_GET] = "get [KEY]",
+			[MD__CTL_SET] = "set KEY=VALUE...",
+			[MD__CTL_POLICY] = "policy NAME [--engine E]",
+			[MD__CTL_BUDGET] = "budget {sequence_tokens|engine_pages|global_pages} N [--engine E]",
+			[MD__CTL_ENGINES] = "engines",
+			[MD__CTL_STATS] = "stats [--engine E]",
+			[MD__CTL_TOP] = "top N [--engine E]",
+			[MD__CTL_METRICS] = "metrics",
+			[MD__CTL_SAVE] = "save [FILE]",
+			[MD__CTL_CALIBRATE] = "calibrate [--apply]",
+			[MD__CTL_PING] = "ping",
+		};
+		snprintf(err, errlen, "wrong number of arguments for %s; usage: %s", req->cmd_name,
+			 usage[req->cmd]);
+		return -EINVAL;
+	}
+	switch (req->cmd) {
+	case MD__CTL_SET:
+		for (int i = 0; i < req->argc; i++) {
+			char *eq = strchr(req->argv[i], '=');
+			if (!eq || eq == req->argv[i]) {
+				snprintf(err, errlen, "set: '%.60s' is not KEY=VALUE", req->argv[i]);
+				return -EINVAL;
+			}
+		}
+		break;
+	case MD__CTL_TOP:
+		if (md__parse_u64(req->argv[0], &req->number) < 0 || req->number == 0 ||
+		    req->number > MD__TOP_MAX) {
+			snprintf(err, errlen, "top: N='%.32s' must be an integer in 1..%u",
+				 req->argv[0], MD__TOP_MAX);
+			return -EINVAL;
+		}
+		break;
+	case MD__CTL_BUDGET:
+		req->scope = req->argv[0];
+		if (strcmp(req->scope, "sequence_tokens") && strcmp(req->scope, "engine_pages") &&
+		    strcmp(req->scope, "global_pages")) {
+			snprintf(err, errlen,
+				 "budget: unknown scope '%.32s' (sequence_tokens, engine_pages, global_pages)",
+				 req->scope);
+			return -EINVAL;
+		}
+		if (md__parse_u64(req->argv[1], &req->number) < 0) {
+			snprintf(err, errlen, "budget %s: N='%.32s' must be an integer >= 0 (0: none)",
+				 req->scope, req->argv[1]);
+			return -EINVAL;
+		}
+		if (req->engine && !strcmp(req->scope, "global_pages")) {
+			snprintf(err, errlen, "budget global_pages is node-wide: no --engine");
+			return -EINVAL;
+		}
+		break;
+	default:
+		break;
+	}
+	return 0;
+}

@@ -1,0 +1,152 @@
+/*
+ * daemon.h — memdecayd's state: the control socket and its connections, the
+ * attached engines with the daemon's private copy of each one's geometry, and
+ * the glue to the policy host (sidecar/host).  One thread owns all of it.
+ *
+ *   server.c   socket, connections, signals, the main loop and idle protocol
+ *   attach.c   HELLO → segments, eventfds, SCM_RIGHTS; detach
+ *   engine.c   ingest (copy, frame-check, md__host_ingest), resync, decisions
+ *              into command rings, doorbells, heartbeats, parameter blocks
+ *   control.c  operator commands (get/set/policy/budget/engines/stats/top/…)
+ */
+#ifndef MD_DAEMON_H
+#define MD_DAEMON_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "memdecay_abi.h"
+#include "memdecay_ring.h"
+#include "host.h"
+#include "params.h"
+#include "loop.h"
+#include "sbuf.h"
+
+#define MD__CONN_MAX 256
+#define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
+#define MD__DECIDE_BATCH 256u
+#define MD__TICK_MS 100u
+#define MD__OPERATOR_IDLE_NS (30ull * 1000000000ull)
+#define MD__PAGE_READ_TRIES 16
+
+enum md__detach_reason {
+	MD__DETACH_EOF = 0,
+	MD__DETACH_HEARTBEAT,
+	MD__DETACH_VIOLATIONS,
+	MD__DETACH_SHUTDOWN,
+	MD__DETACH_ERROR,
+	MD__DETACH_COUNT,
+};
+const char *md__detach_reason_name(int r);
+
+struct md__engine;
+
+struct md__conn {
+	struct md__daemon *d;
+	struct md__conn *next, *prev;
+	int fd;
+	struct md__watch *w;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	uint64_t opened_ns;
+	char in[MD_CTL_LINE_MAX + 1];
+	size_t in_len;
+	char *out;                  /* reply still to send */
+	size_t out_len, out_off;
+	int close_after_reply;
+	int dead;
+	struct md__engine *engine;  /* set once HELLO succeeded */
+};
+
+struct md__engine {
+	struct md__daemon *d;
+	struct md__engine *next;
+	uint32_t id;
+	char name[64];
+	pid_t pid;
+	uid_t uid;
+	struct md__conn *conn;
+	int eseg_fd, dseg_fd, bell_to_daemon_fd, bell_to_engine_fd;
+	struct md__watch *bell_w;
+	/* mappings (engine segment read-only) */
+	const void *eseg;
+	size_t eseg_size;
+	void *dseg;
+	size_t dseg_size;
+	/* private geometry: never re-read from shared memory */
+	uint32_t page_tokens, page_capacity, max_seqs, stats_capacity, cmd_capacity;
+	uint32_t tp_rank, tp_size;
+	const struct md_engine_ctrl *ectrl;
+	const struct md_page_entry *page_table;
+	const uint64_t *seq_clock;
+	struct md_daemon_ctrl *dctrl;
+	struct md_param_block *params;
+	struct md_ring_cons stats;
+	struct md_ring_prod cmds;
+	uint64_t last_resync_request;
+	uint64_t attach_ns;
+	uint64_t violation_grace;     /* records after a resync that may legally disagree */
+	/* decisions not yet in the command ring (ring full) */
+	struct md__decision *pending;
+	size_t pending_head, pending_len, pending_cap;
+	/* counters */
+	uint64_t records, rejected[MD__REJ_COUNT], torn, bad_tail, violations;
+	uint64_t resyncs, resync_pages, resync_pages_skipped, cmds_sent, cmd_ring_full;
+	uint64_t doorbells;
+	int detaching;
+};
+
+struct md__daemon {
+	struct md__loop *loop;
+	struct md__host *host;
+	struct md__params params;
+	char socket_path[108];
+	char config_path[PATH_MAX];
+	int have_config;
+	int listen_fd, signal_fd;
+	struct md__watch *listen_w, *signal_w;
+	int have_group;
+	gid_t group;
+	struct md__engine *engines;
+	uint32_t n_engines;
+	uint32_t next_engine_id;
+	uint64_t instance_id;
+	struct md__conn *conns;
+	int n_conns;
+	int stop;
+	int dirty;                    /* state changed: run decisions */
+	int idle_wake;                /* a doorbell or socket event arrived */
+	uint64_t start_ns;
+	uint64_t iterations, sleeps;
+	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
+	uint64_t conns_refused, ctl_requests, ctl_errors, reloads, reload_failures;
+};
+
+/* attach.c */
+int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);
+void md__engine_detach(struct md__daemon *d, struct md__engine *e, int reason, const char *why);
+struct md__engine *md__engine_find(struct md__daemon *d, uint32_t id);
+struct md__engine *md__engine_lookup(struct md__daemon *d, const char *id_or_name);
+
+/* engine.c */
+int md__engines_service(struct md__daemon *d);   /* returns 1 if it found work */
+int md__engines_any_work(struct md__daemon *d);  /* the re-check after sleeping=1 */
+void md__engines_set_sleeping(struct md__daemon *d, uint32_t v);
+void md__engines_tick(struct md__daemon *d, uint64_t now_ns);
+void md__engine_publish_params(struct md__daemon *d, struct md__engine *e);
+void md__engines_publish_params(struct md__daemon *d);
+void md__engine_drop_pending(struct md__engine *e);
+
+/* control.c */
+/* Runs one operator request; fills reply with the full framed reply. */
+void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line,
+		      struct md__sbuf *reply);
+int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p);
+
+/* server.c */
+void md__conn_close(struct md__daemon *d, struct md__conn *c);
+void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len);
+
+#endif

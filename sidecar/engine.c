@@ -1,0 +1,317 @@
+/*
+ * engine.c — the daemon's side of the shared-memory transport, per engine:
+ * copy records out of the stats ring and check their framing, hand the copies
+ * to the policy host, rebuild from the page table on a resync request, push
+ * decisions into the command ring, ring doorbells only for sleeping peers,
+ * publish the parameter block under its seqlock, and watch heartbeats.
+ *
+ * Nothing read from the engine segment is trusted: ring indices are checked
+ * against the daemon's own head and capacity, page entries are copied under
+ * their version word and validated by the host like records.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+static void ring_bell(struct md__engine *e)
+{
+	uint64_t one = 1;
+	if (write(e->bell_to_engine_fd, &one, sizeof(one)) == sizeof(one))
+		e->doorbells++;
+}
+
+/* Counts a violation; returns 1 if the engine was detached for it. */
+static int violation(struct md__daemon *d, struct md__engine *e, const char *what)
+{
+	e->violations++;
+	md_store_relaxed(&e->dctrl->attn_dropped_seen, e->violations + e->torn);
+	uint32_t limit = d->params.violation_limit;
+	if (limit && e->violations > limit) {
+		char why[160];
+		snprintf(why, sizeof(why), "%llu protocol violations (limit %u), last: %s",
+			 (unsigned long long)e->violations, limit, what);
+		md__engine_detach(d, e, MD__DETACH_VIOLATIONS, why);
+		return 1;
+	}
+	return 0;
+}
+
+void md__engine_drop_pending(struct md__engine *e)
+{
+	e->pending_head = e->pending_len = 0;
+}
+
+static int pending_push(struct md__engine *e, const struct md__decision *dec)
+{
+	if (e->pending_len == e->pending_cap) {
+		size_t ncap = e->pending_cap ? e->pending_cap * 2 : 64;
+		struct md__decision *np = malloc(ncap * sizeof(*np));
+		if (!np)
+			return -ENOMEM;
+		for (size_t i = 0; i < e->pending_len; i++)
+			np[i] = e->pending[(e->pending_head + i) % e->pending_cap];
+		free(e->pending);
+		e->pending = np;
+		e->pending_cap = ncap;
+		e->pending_head = 0;
+	}
+	e->pending[(e->pending_head + e->pending_len) % e->pending_cap] = *dec;
+	e->pending_len++;
+	return 0;
+}
+
+/* Moves pending decisions into the command ring.  Returns how many. */
+static size_t flush_commands(struct md__engine *e)
+{
+	size_t sent = 0;
+	uint64_t now = md__now_ns();
+	while (e->pending_len) {
+		struct md_cmd *cmd = md_ring_reserve(&e->cmds);
+		if (!cmd) {
+			e->cmd_ring_full++;
+			break;
+		}
+		const struct md__decision *dec = &e->pending[e->pending_head];
+		cmd->type = MD_CMD_EVICT;
+		cmd->reason = (uint16_t)dec->reason;
+		cmd->seq = dec->seq;
+		cmd->slot = dec->slot;
+		cmd->gen = dec->gen;
+		cmd->resv0 = 0;
+		cmd->decided_ns = now;
+		md_ring_publish(&e->cmds, cmd);
+		e->pending_head = (e->pending_head + 1) % e->pending_cap;
+		e->pending_len--;
+		e->cmds_sent++;
+		sent++;
+	}
+	if (sent) {
+		md_fence_full(); /* publish the tail before reading the peer's sleep flag */
+		if (md_load_relaxed(&e->ectrl->sleeping) == 1)
+			ring_bell(e);
+	}
+	return sent;
+}
+
+/* Copies one page-table entry consistently (version even and unchanged). */
+static int copy_page_entry(const struct md_page_entry *src, struct md_page_entry *dst)
+{
+	for (int t = 0; t < MD__PAGE_READ_TRIES; t++) {
+		uint32_t v0 = md_load_acquire(&src->version);
+		if (v0 & 1)
+			continue;
+		const uint64_t *s64 = (const uint64_t *)src;
+		uint64_t *d64 = (uint64_t *)dst;
+		for (size_t k = 0; k < sizeof(*dst) / 8; k++)
+			d64[k] = md_load_relaxed(&s64[k]);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (md_load_relaxed(&src->version) == v0 && dst->version == v0)
+			return 0;
+	}
+	return -EAGAIN;
+}
+
+static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
+{
+	e->last_resync_request = request;
+	e->resyncs++;
+	/* Whatever the ring holds now is older than the page table we read next. */
+	int64_t avail = md_ring_available(&e->stats);
+	if (avail > 0)
+		md_ring_skip_to(&e->stats, e->stats.next + (uint64_t)avail);
+	md__engine_drop_pending(e);
+	md__host_resync_begin(d->host, e->id);
+	for (uint32_t s = 0; s < e->max_seqs; s++) {
+		uint64_t clk = md_load_relaxed(&e->seq_clock[s]);
+		if (clk)
+			md__host_resync_seq_clock(d->host, e->id, s, clk);
+	}
+	uint64_t live = 0, skipped = 0;
+	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
+		struct md_page_entry pe;
+		if (md_load_relaxed(&e->page_table[slot].state) == MD_PAGE_FREE &&
+		    !(md_load_relaxed(&e->page_table[slot].version) & 1))
+			continue;
+		if (copy_page_entry(&e->page_table[slot], &pe) < 0) {
+			skipped++;
+			continue;
+		}
+		if (pe.state != MD_PAGE_LIVE)
+			continue;
+		int rc = md__host_resync_page(d->host, e->id, slot, &pe);
+		if (rc < 0) {
+			skipped++;
+			if (rc >= -MD__REJ_COUNT)
+				e->rejected[-rc]++;
+			md__debug("engine %u (%s): resync skipped slot %u seq %u: %s", e->id,
+				  e->name, slot, pe.seq, md__reject_name(-rc));
+		} else {
+			live++;
+		}
+	}
+	md__host_resync_end(d->host, e->id);
+	e->resync_pages += live;
+	e->resync_pages_skipped += skipped;
+	e->violation_grace = e->stats_capacity;
+	d->dirty = 1;
+	md__info("engine %u (%s): resync #%llu from the page table: %llu live pages, %llu skipped",
+		 e->id, e->name, (unsigned long long)e->resyncs, (unsigned long long)live,
+		 (unsigned long long)skipped);
+}
+
+/* Ingests up to one batch.  Returns records consumed, or -1 if detached. */
+static int64_t ingest(struct md__daemon *d, struct md__engine *e)
+{
+	int64_t avail = md_ring_available(&e->stats);
+	if (avail < 0) {
+		e->bad_tail++;
+		md__warn("engine %u (%s): stats ring tail is invalid (head %llu, capacity %u)",
+			 e->id, e->name, (unsigned long long)e->stats.next, e->stats_capacity);
+		return violation(d, e, "stats ring tail") ? -1 : 0;
+	}
+	if (avail > MD__INGEST_BATCH)
+		avail = MD__INGEST_BATCH;
+	for (int64_t i = 0; i < avail; i++) {
+		struct md_stats_rec rec;
+		if (md_ring_copy_next(&e->stats, &rec) != MD_RING_OK) {
+			e->torn++;
+			md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
+				  (unsigned long long)(e->stats.next - 1));
+			if (violation(d, e, "torn record"))
+				return -1;
+			continue;
+		}
+		e->records++;
+		int rc = md__host_ingest(d->host, e->id, &rec);
+		if (rc < 0) {
+			int reason = -rc < MD__REJ_COUNT ? -rc : 0;
+			e->rejected[reason]++;
+			md__debug("engine %u (%s): record type %u seq %u slot %u gen %u rejected: %s",
+				  e->id, e->name, rec.type, rec.seq, rec.slot, rec.gen,
+				  md__reject_name(reason));
+			if (e->violation_grace) {
+				e->violation_grace--;
+			} else if (violation(d, e, md__reject_name(reason))) {
+				return -1;
+			}
+		} else if (e->violation_grace) {
+			e->violation_grace--;
+		}
+	}
+	if (avail)
+		md_ring_release(&e->stats);
+	return avail;
+}
+
+static void decide(struct md__daemon *d)
+{
+	struct md__decision out[MD__DECIDE_BATCH];
+	size_t n;
+	do {
+		n = md__host_decide(d->host, out, MD__DECIDE_BATCH);
+		struct md__engine *e = NULL;
+		for (size_t i = 0; i < n; i++) {
+			if (!e || e->id != out[i].engine_id)
+				e = md__engine_find(d, out[i].engine_id);
+			if (!e)
+				continue;
+			if (pending_push(e, &out[i]) < 0)
+				md__err("engine %u (%s): out of memory queueing eviction of slot %u",
+					e->id, e->name, out[i].slot);
+		}
+	} while (n == MD__DECIDE_BATCH);
+}
+
+int md__engines_service(struct md__daemon *d)
+{
+	int work = 0;
+	struct md__engine *e = d->engines, *next;
+	for (; e; e = next) {
+		next = e->next;
+		uint64_t req = md_load_acquire(&e->ectrl->resync_request);
+		if (req != e->last_resync_request) {
+			resync(d, e, req);
+			work = 1;
+		}
+		int64_t n = ingest(d, e);
+		if (n < 0)
+			continue; /* detached */
+		if (n > 0) {
+			work = 1;
+			d->dirty = 1;
+		}
+	}
+	if (d->dirty) {
+		d->dirty = 0;
+		decide(d);
+	}
+	for (e = d->engines; e; e = e->next)
+		if (e->pending_len && flush_commands(e))
+			work = 1;
+	return work;
+}
+
+int md__engines_any_work(struct md__daemon *d)
+{
+	for (struct md__engine *e = d->engines; e; e = e->next) {
+		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request)
+			return 1;
+		if (md_ring_available(&e->stats) > 0)
+			return 1;
+	}
+	return d->dirty;
+}
+
+void md__engines_set_sleeping(struct md__daemon *d, uint32_t v)
+{
+	for (struct md__engine *e = d->engines; e; e = e->next)
+		md_store_relaxed(&e->dctrl->sleeping, v);
+	md_fence_full();
+}
+
+void md__engines_tick(struct md__daemon *d, uint64_t now)
+{
+	struct md__engine *e = d->engines, *next;
+	uint64_t timeout_ns = (uint64_t)d->params.heartbeat_timeout_ms * 1000000ull;
+	for (; e; e = next) {
+		next = e->next;
+		md_store_relaxed(&e->dctrl->heartbeat_ns, now);
+		if (!timeout_ns)
+			continue;
+		uint64_t hb = md_load_relaxed(&e->ectrl->heartbeat_ns);
+		if (hb < e->attach_ns)
+			hb = e->attach_ns; /* not polled yet: count from attach */
+		if (md_load_relaxed(&e->ectrl->sleeping) == 0 && now > hb && now - hb > timeout_ns) {
+			char why[128];
+			snprintf(why, sizeof(why), "no heartbeat for %llu ms (timeout %u ms)",
+				 (unsigned long long)((now - hb) / 1000000ull),
+				 d->params.heartbeat_timeout_ms);
+			md__engine_detach(d, e, MD__DETACH_HEARTBEAT, why);
+		}
+	}
+}
+
+void md__engine_publish_params(struct md__daemon *d, struct md__engine *e)
+{
+	struct md_param_block view;
+	memset(&view, 0, sizeof(view));
+	if (md__host_engine_param_view(d->host, e->id, &view) < 0)
+		return;
+	md_seqlock_write_begin(&e->params->seq);
+	const uint64_t *s = (const uint64_t *)&view;
+	uint64_t *dst = (uint64_t *)e->params;
+	for (size_t k = 1; k < sizeof(view) / 8; k++) /* word 0 is seq */
+		md_store_relaxed(&dst[k], s[k]);
+	md_seqlock_write_end(&e->params->seq);
+}
+
+void md__engines_publish_params(struct md__daemon *d)
+{
+	for (struct md__engine *e = d->engines; e; e = e->next)
+		md__engine_publish_params(d, e);
+}

@@ -1,0 +1,379 @@
+/*
+ * evict_index.c — exact eviction decisions without sorting every page.
+ *
+ * Each sequence keeps a binary min-heap of its evictable pages (live, not
+ * pinned, not a recency sink, not among its k_protect newest pages) keyed by a
+ * LOWER BOUND of the page's score that stays valid at every later clock:
+ *   memdecay(-norm): (sum of b_r over tokens with lambda_r == 0 + alpha A) / n,
+ *                    shaved by 1e-9 relative (exp terms only decay);
+ *   h2o: the cumulative mass (only grows); recency: first_pos; random: its hash.
+ * Keys may be stale-low: ingest lowers a key at once when the bound drops
+ * (EWMA falls) and leaves rises lazy; a decision that meets a stale key
+ * recomputes it and pushes the page back down.  So stored key <= score always.
+ *
+ * A decision for a scope (one sequence, or every sequence of an engine) is a
+ * branch and bound over the heads of the scope's heaps (a small heap of heap
+ * tops, built per decision: O(sequences)): pop the lowest key, compute the exact
+ * score into a candidate buffer ordered by (score, first_pos, slot), and
+ * evict the buffer's best once no heap head's key is <= it — every unseen page
+ * scores >= its key > the best, so the choice equals the full sort's.  Pages
+ * left in the buffer go back to their heaps when the scope ends.  Cost per
+ * eviction ~ (pages whose bound is below the chosen score) x log n.
+ * Parameter changes bump an epoch; the index of an engine is rebuilt at its
+ * next decision (O(n log n)), and ingest skips index upkeep until then.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "host_internal.h"
+
+/* ---- per-sequence heaps ---- */
+
+static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t i,
+			      struct md__heap_ent ent)
+{
+	s->heap[i] = ent;
+	e->pages[ent.slot].heap_pos = i;
+}
+
+static void sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
+{
+	struct md__heap_ent ent = s->heap[i];
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+		if (!(ent.key < s->heap[parent].key))
+			break;
+		heap_place(e, s, i, s->heap[parent]);
+		i = parent;
+	}
+	heap_place(e, s, i, ent);
+}
+
+static void sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
+{
+	uint32_t n = s->heap_n;
+	struct md__heap_ent ent = s->heap[i];
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && s->heap[c + 1].key < s->heap[c].key)
+			c++;
+		if (!(s->heap[c].key < ent.key))
+			break;
+		heap_place(e, s, i, s->heap[c]);
+		i = c;
+	}
+	heap_place(e, s, i, ent);
+}
+
+void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
+{
+	/* capacity is reserved at page open: heap_cap >= n_pages */
+	if (s->heap_n >= s->heap_cap)
+		abort();
+	struct md__heap_ent ent = {.key = key, .slot = slot, .pad = 0};
+	s->heap[s->heap_n] = ent;
+	e->pages[slot].heap_pos = s->heap_n;
+	s->heap_n++;
+	sift_up(e, s, s->heap_n - 1);
+}
+
+void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
+{
+	uint32_t i = e->pages[slot].heap_pos;
+	if (i >= s->heap_n || s->heap[i].slot != slot)
+		abort(); /* broken invariant */
+	e->pages[slot].heap_pos = MD__NO_HEAP;
+	uint32_t last = --s->heap_n;
+	if (i == last)
+		return;
+	double old = s->heap[i].key;
+	heap_place(e, s, i, s->heap[last]);
+	if (s->heap[i].key < old)
+		sift_up(e, s, i);
+	else
+		sift_down(e, s, i);
+}
+
+void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
+{
+	uint32_t i = e->pages[slot].heap_pos;
+	s->heap[i].key = key;
+	sift_up(e, s, i);
+}
+
+void md__index_rebuild(struct md__host *h, struct md__engine *e)
+{
+	e->index_epoch = h->params_epoch;
+	e->policy = md__engine_policy(h, e);
+	e->norm_mode = md__engine_norm(h, e);
+	uint32_t k = md__engine_protect_count(h, e);
+	for (uint32_t q = 0; q < e->max_seqs; q++) {
+		struct md__seq *s = &e->seqs[q];
+		s->heap_n = 0;
+		s->k_protect = k;
+		for (uint32_t i = 0; i < s->n_pages; i++) {
+			struct md__page *pg = &e->pages[s->pages[i].slot];
+			pg->heap_pos = MD__NO_HEAP;
+			if (s->n_pages - 1 - i < k)
+				pg->flags |= MD__PF_PROT;
+			else
+				pg->flags &= (uint8_t)~MD__PF_PROT;
+		}
+	}
+	for (uint32_t q = 0; q < e->max_seqs; q++) {
+		struct md__seq *s = &e->seqs[q];
+		for (uint32_t i = 0; i < s->n_pages; i++)
+			md__page_reindex(h, e, s->pages[i].slot);
+	}
+}
+
+/* ---- one decision ---- */
+
+struct cand {
+	double score;
+	uint64_t first_pos;
+	uint32_t slot;
+	uint32_t seq;
+	double lb;
+};
+
+struct head {
+	double key;
+	uint32_t seq;
+	uint32_t pad;
+};
+
+static inline int cand_less(const struct cand *a, const struct cand *b)
+{
+	if (a->score != b->score)
+		return a->score < b->score;
+	if (a->first_pos != b->first_pos)
+		return a->first_pos < b->first_pos;
+	return a->slot < b->slot;
+}
+
+struct scope {
+	struct md__host *h;
+	struct md__engine *e;
+	const struct md__policy *pol;
+	struct head *t;
+	size_t nt;
+	struct cand *b;
+	size_t nb, capb;
+};
+
+static void t_sift_down(struct scope *sc, size_t i)
+{
+	struct head x = sc->t[i];
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= sc->nt)
+			break;
+		if (c + 1 < sc->nt && sc->t[c + 1].key < sc->t[c].key)
+			c++;
+		if (!(sc->t[c].key < x.key))
+			break;
+		sc->t[i] = sc->t[c];
+		i = c;
+	}
+	sc->t[i] = x;
+}
+
+static int b_push(struct scope *sc, struct cand c)
+{
+	if (sc->nb == sc->capb) {
+		size_t nc = sc->capb ? sc->capb * 2 : 64;
+		struct cand *nb = realloc(sc->b, nc * sizeof(*nb));
+		if (!nb)
+			return -1;
+		sc->b = nb;
+		sc->capb = nc;
+	}
+	size_t i = sc->nb++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!cand_less(&c, &sc->b[p]))
+			break;
+		sc->b[i] = sc->b[p];
+		i = p;
+	}
+	sc->b[i] = c;
+	return 0;
+}
+
+static struct cand b_pop(struct scope *sc)
+{
+	struct cand top = sc->b[0];
+	struct cand x = sc->b[--sc->nb];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= sc->nb)
+			break;
+		if (c + 1 < sc->nb && cand_less(&sc->b[c + 1], &sc->b[c]))
+			c++;
+		if (!cand_less(&sc->b[c], &x))
+			break;
+		sc->b[i] = sc->b[c];
+		i = c;
+	}
+	if (sc->nb)
+		sc->b[i] = x;
+	return top;
+}
+
+/* the scope's next eviction into *out; 0 when nothing is evictable */
+static int scope_next(struct scope *sc, struct cand *out)
+{
+	struct md__engine *e = sc->e;
+	while (sc->nt > 0 && (sc->nb == 0 || sc->t[0].key <= sc->b[0].score)) {
+		uint32_t q = sc->t[0].seq;
+		struct md__seq *s = &e->seqs[q];
+		uint32_t slot = s->heap[0].slot;
+		struct md__page *pg = &e->pages[slot];
+		struct md__score_in in;
+		md__score_in_init(sc->h, e, q, &in);
+		double lb = sc->pol->lower_bound(pg, &in);
+		if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
+			s->heap[0].key = lb;
+			sift_down(e, s, 0);
+			sc->t[0].key = s->heap[0].key;
+			t_sift_down(sc, 0);
+			continue;
+		}
+		const uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
+		struct cand c = {.score = sc->pol->score(pg, tr, &in, NULL),
+				 .first_pos = pg->first_pos, .slot = slot, .seq = q, .lb = lb};
+		if (b_push(sc, c))
+			break; /* out of memory: decide from what was seen */
+		md__heap_remove(e, s, slot);
+		if (s->heap_n) {
+			sc->t[0].key = s->heap[0].key;
+		} else {
+			sc->t[0] = sc->t[--sc->nt];
+		}
+		if (sc->nt)
+			t_sift_down(sc, 0);
+	}
+	if (sc->nb == 0)
+		return 0;
+	*out = b_pop(sc);
+	return 1;
+}
+
+static void scope_end(struct scope *sc)
+{
+	for (size_t i = 0; i < sc->nb; i++) {
+		struct md__seq *s = &sc->e->seqs[sc->b[i].seq];
+		md__heap_insert(sc->e, s, sc->b[i].slot, sc->b[i].lb);
+	}
+	sc->nb = 0;
+}
+
+static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *e,
+		       const uint32_t *seqs, size_t nseqs)
+{
+	sc->h = h;
+	sc->e = e;
+	sc->pol = md__policy_get(e->policy);
+	sc->b = h->scratch_b;
+	sc->capb = h->scratch_b_cap / sizeof(struct cand);
+	sc->nb = 0;
+	size_t need = nseqs * sizeof(struct head);
+	if (need > h->scratch_a_cap) {
+		void *na = realloc(h->scratch_a, need);
+		if (!na)
+			return -1;
+		h->scratch_a = na;
+		h->scratch_a_cap = need;
+	}
+	sc->t = h->scratch_a;
+	sc->nt = 0;
+	for (size_t i = 0; i < nseqs; i++) {
+		struct md__seq *s = &e->seqs[seqs[i]];
+		if (s->heap_n)
+			sc->t[sc->nt++] = (struct head){.key = s->heap[0].key, .seq = seqs[i]};
+	}
+	for (size_t i = sc->nt / 2; i-- > 0;)
+		t_sift_down(sc, i);
+	return 0;
+}
+
+static void scope_release(struct scope *sc)
+{
+	sc->h->scratch_b = sc->b;
+	sc->h->scratch_b_cap = sc->capb * sizeof(struct cand);
+}
+
+static void emit(struct md__host *h, struct md__engine *e, const struct cand *c, uint32_t reason,
+		 struct md__decision *out)
+{
+	struct md__page *pg = &e->pages[c->slot];
+	out->engine_id = e->id;
+	out->seq = pg->seq;
+	out->slot = c->slot;
+	out->gen = pg->gen;
+	out->reason = reason;
+	e->evictions++;
+	e->evictions_by_region[md__dominant_region(pg->labels, pg->n_tokens)]++;
+	if (reason < 4)
+		e->evictions_by_reason[reason]++;
+	md__page_set_evicting(h, e, c->slot);
+}
+
+size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
+			       struct md__decision *out, size_t cap)
+{
+	if (!md__index_live(h, e))
+		md__index_rebuild(h, e);
+	uint32_t k = md__engine_protect_count(h, e);
+	for (uint32_t q = 0; q < e->max_seqs; q++)
+		if (e->seqs[q].k_protect != k)
+			md__seq_set_protect(h, e, q, k);
+
+	size_t n = 0;
+	struct scope sc;
+	uint64_t bseq = md__engine_seq_budget_tokens(h, e);
+	double lw = h->params.low_watermark;
+	if (bseq) {
+		uint64_t target = (uint64_t)floor(lw * (double)bseq);
+		for (uint32_t q = 0; q < e->max_seqs && n < cap; q++) {
+			struct md__seq *s = &e->seqs[q];
+			if (s->tokens_live <= bseq)
+				continue;
+			if (scope_begin(&sc, h, e, &q, 1))
+				return n;
+			struct cand c;
+			while (n < cap && s->tokens_live > target && scope_next(&sc, &c))
+				emit(h, e, &c, MD_EVICT_SEQUENCE_BUDGET, &out[n++]);
+			scope_end(&sc);
+			scope_release(&sc);
+		}
+	}
+	uint32_t reason;
+	uint64_t bpages = md__engine_page_budget(h, e, &reason);
+	if (bpages && e->pages_live > bpages && n < cap) {
+		uint64_t target = (uint64_t)floor(lw * (double)bpages);
+		/* every sequence with candidates: reuse scratch_a as the id list */
+		uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(uint32_t));
+		if (!ids)
+			return n;
+		size_t ns = 0;
+		for (uint32_t q = 0; q < e->max_seqs; q++)
+			if (e->seqs[q].heap_n)
+				ids[ns++] = q;
+		int rc = scope_begin(&sc, h, e, ids, ns);
+		free(ids);
+		if (rc)
+			return n;
+		struct cand c;
+		while (n < cap && e->pages_live > target && scope_next(&sc, &c))
+			emit(h, e, &c, reason, &out[n++]);
+		scope_end(&sc);
+		scope_release(&sc);
+	}
+	return n;
+}

@@ -1,0 +1,514 @@
+/*
+ * host.c — the policy host's front: engines (attach, options, removal),
+ * record ingest with per-engine counters, decisions over all engines, the
+ * parameter-block view, `top`, stats and page-table resync.
+ * Budgets: per sequence (tokens), per engine (pages); the global page budget
+ * is shared by engines in proportion to their weight (share = floor(G w / sum w))
+ * and binds an engine through its effective budget min(own, share).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "host_internal.h"
+#include "oracle.h"
+
+static const char *const reject_names[MD__REJ_COUNT] = {
+	"ok", "type", "slot", "generation", "sequence", "state", "tokens",
+	"mass", "clock", "region", "span", "position",
+};
+
+const char *md__reject_name(int reason)
+{
+	if (reason < 0)
+		reason = -reason;
+	return reason < MD__REJ_COUNT ? reject_names[reason] : "unknown";
+}
+
+void md__engine_opts_defaults(struct md__engine_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->policy = -1;
+	o->budget_engine_pages = -1;
+	o->budget_sequence_tokens = -1;
+	o->weight = 1.0;
+}
+
+struct md__host *md__host_new(const struct md__params *p)
+{
+	struct md__host *h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	if (p)
+		h->params = *p;
+	else
+		md__params_defaults(&h->params);
+	h->params_epoch = 1;
+	return h;
+}
+
+static void engine_free(struct md__engine *e)
+{
+	if (!e)
+		return;
+	for (uint32_t q = 0; q < e->max_seqs; q++) {
+		free(e->seqs[q].pages);
+		free(e->seqs[q].heap);
+	}
+	free(e->seqs);
+	free(e->pages);
+	free(e->t_refresh);
+	free(e);
+}
+
+void md__host_free(struct md__host *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->n_engines; i++)
+		engine_free(h->engines[i]);
+	free(h->engines);
+	free(h->scratch_a);
+	free(h->scratch_b);
+	free(h);
+}
+
+void md__host_set_params(struct md__host *h, const struct md__params *p)
+{
+	h->params = *p;
+	h->params_epoch++;
+}
+
+const struct md__params *md__host_params(const struct md__host *h)
+{
+	return &h->params;
+}
+
+struct md__engine *md__host_find(const struct md__host *h, uint32_t engine_id)
+{
+	for (size_t i = 0; i < h->n_engines; i++)
+		if (h->engines[i]->id == engine_id)
+			return h->engines[i];
+	return NULL;
+}
+
+static int opts_valid(const struct md__engine_opts *o)
+{
+	if (o->policy < -1 || o->policy >= (int)MD_POLICY_COUNT)
+		return 0;
+	if (o->budget_engine_pages < -1 || o->budget_sequence_tokens < -1)
+		return 0;
+	if (!isfinite(o->weight) || !(o->weight > 0.0) || o->weight > 1e9)
+		return 0;
+	return 1;
+}
+
+int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_tokens,
+			uint32_t page_capacity, uint32_t max_seqs,
+			const struct md__engine_opts *opts)
+{
+	if (page_tokens < 1 || page_tokens > MD_PAGE_TOKENS_MAX || page_capacity < 1 ||
+	    page_capacity > MD_PAGE_CAPACITY_MAX || max_seqs < 1 || max_seqs > MD_MAX_SEQS_MAX)
+		return -EINVAL;
+	if (opts && !opts_valid(opts))
+		return -EINVAL;
+	if (md__host_find(h, engine_id))
+		return -EEXIST;
+	if (h->n_engines == h->cap_engines) {
+		size_t nc = h->cap_engines ? h->cap_engines * 2 : 4;
+		struct md__engine **ne = realloc(h->engines, nc * sizeof(*ne));
+		if (!ne)
+			return -ENOMEM;
+		h->engines = ne;
+		h->cap_engines = nc;
+	}
+	struct md__engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->id = engine_id;
+	e->page_tokens = page_tokens;
+	e->page_capacity = page_capacity;
+	e->max_seqs = max_seqs;
+	if (opts)
+		e->opts = *opts;
+	else
+		md__engine_opts_defaults(&e->opts);
+	e->pages = calloc(page_capacity, sizeof(*e->pages));
+	e->t_refresh = calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
+	e->seqs = calloc(max_seqs, sizeof(*e->seqs));
+	if (!e->pages || !e->t_refresh || !e->seqs) {
+		engine_free(e);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < page_capacity; i++)
+		e->pages[i].heap_pos = MD__NO_HEAP;
+	e->index_epoch = 0; /* built at the first decision */
+	h->engines[h->n_engines++] = e;
+	return 0;
+}
+
+void md__host_engine_remove(struct md__host *h, uint32_t engine_id)
+{
+	for (size_t i = 0; i < h->n_engines; i++) {
+		if (h->engines[i]->id != engine_id)
+			continue;
+		engine_free(h->engines[i]);
+		memmove(&h->engines[i], &h->engines[i + 1],
+			(h->n_engines - i - 1) * sizeof(h->engines[0]));
+		h->n_engines--;
+		return;
+	}
+}
+
+int md__host_engine_set_opts(struct md__host *h, uint32_t engine_id,
+			     const struct md__engine_opts *opts)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	if (!opts_valid(opts))
+		return -EINVAL;
+	e->opts = *opts;
+	e->index_epoch = 0; /* policy or budgets may have changed */
+	return 0;
+}
+
+int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
+			     struct md__engine_opts *opts)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	*opts = e->opts;
+	return 0;
+}
+
+/* ---- effective settings ---- */
+
+uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e)
+{
+	return e->opts.policy >= 0 ? (uint32_t)e->opts.policy : h->params.policy;
+}
+
+uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e)
+{
+	return md__engine_policy(h, e) == MD_POLICY_MEMDECAY_NORM ? MD_NORM_RELATIVE
+								  : h->params.norm;
+}
+
+uint64_t md__engine_seq_budget_tokens(const struct md__host *h, const struct md__engine *e)
+{
+	return e->opts.budget_sequence_tokens >= 0 ? (uint64_t)e->opts.budget_sequence_tokens
+						   : h->params.budget_sequence_tokens;
+}
+
+uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
+				uint32_t *reason)
+{
+	uint64_t own = e->opts.budget_engine_pages >= 0 ? (uint64_t)e->opts.budget_engine_pages
+							: h->params.budget_engine_pages;
+	uint64_t share = 0;
+	if (h->params.budget_global_pages) {
+		double wsum = 0.0;
+		for (size_t i = 0; i < h->n_engines; i++)
+			wsum += h->engines[i]->opts.weight;
+		double s = floor((double)h->params.budget_global_pages * e->opts.weight / wsum);
+		share = s < 0 ? 0 : (uint64_t)s;
+		if (share == 0)
+			share = 1; /* a zero share would read as "no budget" */
+	}
+	uint32_t why = MD_EVICT_ENGINE_BUDGET;
+	uint64_t b = own;
+	if (share && (!own || share < own)) {
+		b = share;
+		why = MD_EVICT_GLOBAL_BUDGET;
+	}
+	if (reason)
+		*reason = why;
+	return b;
+}
+
+uint32_t md__engine_protect_count(const struct md__host *h, const struct md__engine *e)
+{
+	return md__protect_count_for(h, e, e->seqs_live);
+}
+
+uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
+			       uint64_t seqs_live)
+{
+	uint64_t k = 1 + (uint64_t)h->params.protect_recent;
+	const struct md__policy *pol = md__policy_get(md__engine_policy(h, e));
+	if (pol->window_pages) {
+		uint64_t bseq = md__engine_seq_budget_tokens(h, e), bp;
+		if (bseq)
+			bp = (bseq + e->page_tokens - 1) / e->page_tokens;
+		else
+			bp = md__engine_page_budget(h, e, NULL) / (seqs_live ? seqs_live : 1);
+		uint64_t w = pol->window_pages(&h->params, bp);
+		if (w > k)
+			k = w;
+	}
+	return k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
+}
+
+uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens)
+{
+	unsigned cnt[MD_REGIONS_MAX] = {0};
+	unsigned best = 0;
+	for (unsigned k = 0; k < n_tokens; k++)
+		cnt[md_label_get(labels, k)]++;
+	for (unsigned r = 1; r < MD_REGIONS_MAX; r++)
+		if (cnt[r] > cnt[best])
+			best = r;
+	return best;
+}
+
+void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t seq,
+		       struct md__score_in *in)
+{
+	in->p = &h->params;
+	in->clock = e->seqs[seq].clock;
+	in->engine_id = e->id;
+	in->norm_mode = md__engine_norm(h, e);
+	in->page_tokens = e->page_tokens;
+}
+
+/* ---- ingest and decisions ---- */
+
+int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -MD__REJ_STATE;
+	e->records++;
+	int rc = md__page_ingest(h, e, rec);
+	if (rc < 0 && -rc < MD__REJ_COUNT)
+		e->rejected[-rc]++;
+	return rc;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+size_t md__host_decide(struct md__host *h, struct md__decision *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < h->n_engines && n < cap; i++) {
+		struct md__engine *e = h->engines[i];
+		uint64_t t0 = now_ns();
+		size_t got = md__index_decide_engine(h, e, out + n, cap - n);
+		if (got) {
+			e->decisions++;
+			e->decision_ns_total += now_ns() - t0;
+		}
+		n += got;
+	}
+	return n;
+}
+
+int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
+			       struct md_param_block *out)
+{
+	const struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	const struct md__params *p = &h->params;
+	uint64_t seq = out->seq;
+	memset(out, 0, sizeof(*out));
+	out->seq = seq;
+	out->policy = md__engine_policy(h, e);
+	out->norm_mode = md__engine_norm(h, e);
+	out->tau = p->tau;
+	out->alpha = p->alpha;
+	out->beta = p->beta;
+	out->pinned_mask = p->pinned_mask;
+	out->protect_recent = p->protect_recent;
+	out->budget_sequence_tokens = md__engine_seq_budget_tokens(h, e);
+	out->budget_engine_pages = md__engine_page_budget(h, e, NULL);
+	out->low_watermark = p->low_watermark;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		out->base[r] = p->base[r];
+		out->lambda[r] = p->lambda[r];
+	}
+	return 0;
+}
+
+static int top_cmp(const void *a, const void *b)
+{
+	const struct md__top_entry *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score < y->score ? -1 : 1;
+	if (x->first_pos != y->first_pos)
+		return x->first_pos < y->first_pos ? -1 : 1;
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	return x->engine_id < y->engine_id ? -1 : x->engine_id > y->engine_id;
+}
+
+size_t md__host_top(const struct md__host *h, uint32_t engine_id, struct md__top_entry *out,
+		    size_t n)
+{
+	/* an operator command: brute force through the oracle's candidate list */
+	size_t total = 0, cap = 0;
+	struct md__top_entry *all = NULL;
+	for (size_t i = 0; i < h->n_engines; i++) {
+		const struct md__engine *e = h->engines[i];
+		if (engine_id != UINT32_MAX && e->id != engine_id)
+			continue;
+		struct md__oracle_cand *c = NULL;
+		size_t nc = md__oracle_candidates(h, e, &c);
+		if (total + nc > cap) {
+			size_t ncap = (total + nc) * 2 + 16;
+			struct md__top_entry *na = realloc(all, ncap * sizeof(*na));
+			if (!na) {
+				free(c);
+				break;
+			}
+			all = na;
+			cap = ncap;
+		}
+		for (size_t j = 0; j < nc; j++) {
+			const struct md__page *pg = &e->pages[c[j].slot];
+			struct md__top_entry *t = &all[total++];
+			t->engine_id = e->id;
+			t->seq = pg->seq;
+			t->slot = c[j].slot;
+			t->gen = pg->gen;
+			t->first_pos = pg->first_pos;
+			t->n_tokens = pg->n_tokens;
+			t->dominant_region = md__dominant_region(pg->labels, pg->n_tokens);
+			t->score = c[j].score;
+			t->decay_term = c[j].decay;
+			t->attn_term = c[j].attn;
+		}
+		free(c);
+	}
+	if (total)
+		qsort(all, total, sizeof(*all), top_cmp);
+	size_t k = total < n ? total : n;
+	if (k)
+		memcpy(out, all, k * sizeof(*out));
+	free(all);
+	return k;
+}
+
+int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
+			  struct md__engine_stats *out)
+{
+	const struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->engine_id = e->id;
+	out->policy = md__engine_policy(h, e);
+	out->pages_live = e->pages_live;
+	out->pages_evicting = e->pages_evicting;
+	out->tokens_live = e->tokens_live;
+	out->seqs_live = e->seqs_live;
+	out->records = e->records;
+	memcpy(out->rejected, e->rejected, sizeof(out->rejected));
+	out->evictions = e->evictions;
+	memcpy(out->evictions_by_region, e->evictions_by_region, sizeof(out->evictions_by_region));
+	memcpy(out->evictions_by_reason, e->evictions_by_reason, sizeof(out->evictions_by_reason));
+	out->budget_engine_pages = md__engine_page_budget(h, e, NULL);
+	out->decisions = e->decisions;
+	out->decision_ns_total = e->decision_ns_total;
+	return 0;
+}
+
+size_t md__host_engine_ids(const struct md__host *h, uint32_t *ids, size_t cap)
+{
+	size_t n = h->n_engines < cap ? h->n_engines : cap;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = h->engines[i]->id;
+	return h->n_engines;
+}
+
+/* ---- resync from the page table ---- */
+
+void md__host_resync_begin(struct md__host *h, uint32_t engine_id)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return;
+	e->in_resync = 1;
+	for (uint32_t i = 0; i < e->page_capacity; i++)
+		e->pages[i].flags &= (uint8_t)~MD__PF_SEEN;
+}
+
+int md__host_resync_seq_clock(struct md__host *h, uint32_t engine_id, uint32_t seq,
+			      uint64_t clock)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -MD__REJ_STATE;
+	if (seq >= e->max_seqs)
+		return -MD__REJ_SEQ;
+	if (clock < e->seqs[seq].clock)
+		return -MD__REJ_CLOCK;
+	e->seqs[seq].clock = clock;
+	return 0;
+}
+
+int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
+			 const struct md_page_entry *pe)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -MD__REJ_STATE;
+	if (slot >= e->page_capacity)
+		return -MD__REJ_SLOT;
+	if (pe->state != MD_PAGE_LIVE)
+		return 0; /* free in the table: dropped at resync_end */
+	if (pe->seq >= e->max_seqs)
+		return -MD__REJ_SEQ;
+	if (pe->n_tokens < 1 || pe->n_tokens > e->page_tokens)
+		return -MD__REJ_TOKENS;
+	struct md__page *pg = &e->pages[slot];
+	if (pg->state != MD__SLOT_FREE && pg->gen == pe->generation && pg->seq == pe->seq &&
+	    pg->first_pos == pe->first_pos) {
+		if (pe->n_tokens > pg->n_tokens) {
+			struct md_stats_rec r;
+			memset(&r, 0, sizeof(r));
+			r.type = MD_REC_PAGE_GROW;
+			r.slot = slot;
+			r.gen = pg->gen;
+			r.clock = e->seqs[pg->seq].clock;
+			r.u.page.n_tokens = pe->n_tokens;
+			r.u.page.labels = pe->labels;
+			int rc = md__page_ingest(h, e, &r);
+			if (rc)
+				return rc;
+		}
+		e->pages[slot].flags |= MD__PF_SEEN;
+		return 0; /* same page: keeps its attention state */
+	}
+	if (pg->state != MD__SLOT_FREE)
+		md__page_remove(h, e, slot);
+	uint64_t clock = e->seqs[pe->seq].clock;
+	int rc = md__page_open(h, e, slot, pe->generation, pe->seq, pe->first_pos, pe->labels,
+			       pe->n_tokens, clock);
+	if (rc)
+		return rc;
+	e->pages[slot].flags |= MD__PF_SEEN;
+	return 0;
+}
+
+void md__host_resync_end(struct md__host *h, uint32_t engine_id)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e || !e->in_resync)
+		return;
+	for (uint32_t i = 0; i < e->page_capacity; i++) {
+		struct md__page *pg = &e->pages[i];
+		if (pg->state != MD__SLOT_FREE && !(pg->flags & MD__PF_SEEN))
+			md__page_remove(h, e, i);
+		pg->flags &= (uint8_t)~MD__PF_SEEN;
+	}
+	e->in_resync = 0;
+}

@@ -1,0 +1,132 @@
+/*
+ * host_internal.h — the policy host's private state, shared by host.c,
+ * pagestate.c, evict_index.c and oracle.c.  Not for the transport: it uses host.h.
+ * A page's hot fields (ingest touches them on every attention record) fit one
+ * cache line; per-token refresh clocks live in a separate array.
+ */
+#ifndef MD_HOST_INTERNAL_H
+#define MD_HOST_INTERNAL_H
+
+#include "host.h"
+#include "policy.h"
+
+enum md__slot_state {
+	MD__SLOT_FREE = 0,
+	MD__SLOT_LIVE = 1,
+	MD__SLOT_EVICTING = 2, /* evict command sent, engine has not freed it yet */
+};
+
+#define MD__PF_PINNED 1u   /* a token is in a pinned region */
+#define MD__PF_SINK 2u     /* recency sink page */
+#define MD__PF_PROT 4u     /* tail page or protect_recent / h2o window */
+#define MD__PF_SEEN 8u     /* resync bookkeeping */
+
+#define MD__NO_HEAP UINT32_MAX
+
+struct md__page {
+	uint32_t gen;
+	uint32_t seq;
+	uint8_t state;
+	uint8_t flags;
+	uint16_t n_tokens;
+	uint32_t heap_pos;    /* index in its sequence's heap, or MD__NO_HEAP */
+	uint64_t first_pos;
+	uint64_t labels;
+	double ewma_raw;      /* EWMA of the page's raw mass (sum over tokens) */
+	double ewma_norm;     /* EWMA of mass * n_live of the sequence */
+	double cum_raw;       /* cumulative raw mass (h2o) */
+	double lb_static;     /* policy's time-invariant part of the lower bound */
+};
+_Static_assert(sizeof(struct md__page) == 64, "page is one cache line");
+
+struct md__pos_ent {      /* a sequence's pages in first_pos order */
+	uint64_t first_pos;
+	uint32_t slot;
+	uint32_t pad;
+};
+
+struct md__heap_ent {     /* min-heap by key: a lower bound of the score */
+	double key;
+	uint32_t slot;
+	uint32_t pad;
+};
+
+struct md__seq {
+	uint64_t clock;
+	uint64_t tokens_live;     /* live (not evicting) tokens */
+	uint32_t k_protect;       /* newest pages kept out of the heap */
+	uint32_t n_pages, cap_pages;
+	uint32_t heap_n, heap_cap;
+	struct md__pos_ent *pages;
+	struct md__heap_ent *heap;
+};
+
+struct md__engine {
+	uint32_t id;
+	uint32_t page_tokens, page_capacity, max_seqs;
+	struct md__engine_opts opts;
+	struct md__page *pages;
+	uint64_t *t_refresh;      /* [page_capacity * page_tokens] */
+	struct md__seq *seqs;
+	uint64_t index_epoch;     /* params epoch the index was built for */
+	uint32_t policy;          /* effective policy of index_epoch */
+	uint32_t norm_mode;
+	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
+	uint64_t records;
+	uint64_t rejected[MD__REJ_COUNT];
+	uint64_t evictions;
+	uint64_t evictions_by_region[MD_REGIONS_MAX];
+	uint64_t evictions_by_reason[4];
+	uint64_t decisions, decision_ns_total;
+	int in_resync;
+};
+
+struct md__host {
+	struct md__params params;
+	uint64_t params_epoch;
+	struct md__engine **engines;  /* attach order */
+	size_t n_engines, cap_engines;
+	/* scratch for decisions, grown as needed */
+	void *scratch_a, *scratch_b;
+	size_t scratch_a_cap, scratch_b_cap;
+};
+
+/* host.c */
+struct md__engine *md__host_find(const struct md__host *h, uint32_t engine_id);
+uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e);
+uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e);
+uint64_t md__engine_seq_budget_tokens(const struct md__host *h, const struct md__engine *e);
+/* effective page budget (0 none) and the reason it evicts with */
+uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
+				uint32_t *reason);
+/* newest pages of a sequence that are protected under the engine's policy */
+uint32_t md__engine_protect_count(const struct md__host *h, const struct md__engine *e);
+uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
+			       uint64_t seqs_live);
+uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
+void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t seq,
+		       struct md__score_in *in);
+
+/* pagestate.c */
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r);
+void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot);
+void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot);
+int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens);
+void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq);
+/* (re)computes a page's flags, static bound and heap membership */
+void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot);
+int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint32_t gen,
+		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
+		  uint64_t clock);
+void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
+int md__index_live(const struct md__host *h, const struct md__engine *e);
+
+/* evict_index.c */
+void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);
+void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot);
+void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);
+void md__index_rebuild(struct md__host *h, struct md__engine *e);
+size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
+			       struct md__decision *out, size_t cap);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * oracle.c — brute force, on purpose: every live page of an engine gets its
+ * pinned flag, sink flag and protection rank recomputed from the raw state and
+ * its score in double by the policy's own score function; candidates are
+ * sorted by (score, first_pos, slot) and taken in order until each scope is
+ * back under its low watermark, exactly as DESIGN.md §1 states the rule.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "host_internal.h"
+#include "oracle.h"
+
+struct live_ent {
+	uint32_t seq;
+	uint32_t slot;
+	uint64_t first_pos;
+};
+
+static int live_cmp(const void *a, const void *b)
+{
+	const struct live_ent *x = a, *y = b;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	if (x->first_pos != y->first_pos)
+		return x->first_pos > y->first_pos ? -1 : 1; /* newest first */
+	return 0;
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct md__oracle_cand *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score < y->score ? -1 : 1;
+	if (x->first_pos != y->first_pos)
+		return x->first_pos < y->first_pos ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+static int cand_seq_cmp(const void *a, const void *b)
+{
+	const struct md__oracle_cand *x = a, *y = b;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	return cand_cmp(a, b);
+}
+
+size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *e,
+			     struct md__oracle_cand **out)
+{
+	*out = NULL;
+	const struct md__params *p = &h->params;
+	size_t nl = 0;
+	for (uint32_t i = 0; i < e->page_capacity; i++)
+		nl += e->pages[i].state == MD__SLOT_LIVE;
+	if (!nl)
+		return 0;
+	struct live_ent *live = malloc(nl * sizeof(*live));
+	struct md__oracle_cand *c = malloc(nl * sizeof(*c));
+	if (!live || !c) {
+		free(live);
+		free(c);
+		return 0;
+	}
+	size_t j = 0;
+	for (uint32_t i = 0; i < e->page_capacity; i++)
+		if (e->pages[i].state == MD__SLOT_LIVE)
+			live[j++] = (struct live_ent){e->pages[i].seq, i, e->pages[i].first_pos};
+	qsort(live, nl, sizeof(*live), live_cmp);
+	uint64_t seqs_live = 0;
+	for (size_t i = 0; i < nl; i++)
+		seqs_live += i == 0 || live[i].seq != live[i - 1].seq;
+	uint32_t k = md__protect_count_for(h, e, seqs_live);
+	uint32_t policy = md__engine_policy(h, e);
+	const struct md__policy *pol = md__policy_get(policy);
+	struct md__score_in in = {.p = p, .engine_id = e->id, .norm_mode = md__engine_norm(h, e),
+				  .page_tokens = e->page_tokens};
+	size_t nc = 0;
+	uint32_t rank = 0;
+	for (size_t i = 0; i < nl; i++) {
+		rank = (i == 0 || live[i].seq != live[i - 1].seq) ? 0 : rank + 1;
+		if (rank < k)
+			continue;
+		const struct md__page *pg = &e->pages[live[i].slot];
+		if (md__page_is_pinned(p, pg->labels, pg->n_tokens))
+			continue;
+		if (pol->is_sink && pol->is_sink(pg, p))
+			continue;
+		in.clock = e->seqs[pg->seq].clock;
+		struct md__score_terms t = {0, 0};
+		double s;
+		if (policy == MD_POLICY_RANDOM)
+			s = md__random_score(p->random_seed, e->id, live[i].slot, pg->gen);
+		else
+			s = pol->score(pg, &e->t_refresh[(size_t)live[i].slot * e->page_tokens], &in, &t);
+		c[nc++] = (struct md__oracle_cand){.score = s, .decay = t.decay, .attn = t.attn,
+						  .first_pos = pg->first_pos, .slot = live[i].slot,
+						  .seq = pg->seq, .n_tokens = pg->n_tokens};
+	}
+	free(live);
+	*out = c;
+	return nc;
+}
+
+static size_t decide_engine(const struct md__host *h, const struct md__engine *e,
+			    struct md__decision *out, size_t cap)
+{
+	size_t n = 0;
+	struct md__oracle_cand *c;
+	size_t nc = md__oracle_candidates(h, e, &c);
+	uint64_t *tokens = calloc(e->max_seqs, sizeof(uint64_t));
+	char *taken = calloc(nc ? nc : 1, 1);
+	if (!tokens || !taken) {
+		free(tokens);
+		free(taken);
+		free(c);
+		return 0;
+	}
+	uint64_t pages = 0;
+	for (uint32_t i = 0; i < e->page_capacity; i++)
+		if (e->pages[i].state == MD__SLOT_LIVE) {
+			pages++;
+			tokens[e->pages[i].seq] += e->pages[i].n_tokens;
+		}
+	double lw = h->params.low_watermark;
+	uint64_t bseq = md__engine_seq_budget_tokens(h, e);
+	if (nc)
+		qsort(c, nc, sizeof(*c), cand_seq_cmp);
+	if (bseq) {
+		uint64_t target = (uint64_t)floor(lw * (double)bseq);
+		size_t g = 0;
+		for (uint32_t q = 0; q < e->max_seqs && n < cap; q++) {
+			while (g < nc && c[g].seq < q)
+				g++;
+			if (tokens[q] <= bseq)
+				continue;
+			for (size_t i = g; i < nc && c[i].seq == q; i++) {
+				if (n >= cap || tokens[q] <= target)
+					break;
+				const struct md__page *pg = &e->pages[c[i].slot];
+				out[n++] = (struct md__decision){e->id, pg->seq, c[i].slot, pg->gen,
+								 MD_EVICT_SEQUENCE_BUDGET};
+				tokens[q] -= pg->n_tokens;
+				pages--;
+				taken[i] = 1;
+			}
+		}
+	}
+	uint32_t reason;
+	uint64_t bp = md__engine_page_budget(h, e, &reason);
+	if (bp && pages > bp && n < cap) {
+		uint64_t target = (uint64_t)floor(lw * (double)bp);
+		size_t m = 0;
+		for (size_t i = 0; i < nc; i++)
+			if (!taken[i])
+				c[m++] = c[i];
+		qsort(c, m, sizeof(*c), cand_cmp);
+		for (size_t i = 0; i < m && n < cap && pages > target; i++) {
+			const struct md__page *pg = &e->pages[c[i].slot];
+			out[n++] = (struct md__decision){e->id, pg->seq, c[i].slot, pg->gen, reason};
+			pages--;
+		}
+	}
+	free(tokens);
+	free(taken);
+	free(c);
+	return n;
+}
+
+size_t md__oracle_decide(const struct md__host *h, struct md__decision *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < h->n_engines && n < cap; i++)
+		n += decide_engine(h, h->engines[i], out + n, cap - n);
+	return n;
+}
+
+size_t md__oracle_decide_engine(const struct md__host *h, uint32_t engine_id,
+				struct md__decision *out, size_t cap)
+{
+	const struct md__engine *e = md__host_find(h, engine_id);
+	return e ? decide_engine(h, e, out, cap) : 0;
+}

@@ -1,0 +1,494 @@
+/*
+ * pagestate.c — the daemon's own view of every page, built from validated
+ * records.  Each record is checked against that view (slot range, generation,
+ * sequence, token counts, finite mass, clock order) before anything changes;
+ * a failure returns -MD__REJ_x and leaves the state as it was.
+ * Per sequence: pages sorted by first_pos (the newest k_protect are protected
+ * and stay out of the eviction heap), live token count, clock.
+ * Attention: one EWMA update per attention record (a <- beta a + (1-beta) m),
+ * linear in m, so page-level mass (sum over tokens) needs no per-token state.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "host_internal.h"
+
+#define MD__MASS_PER_TOKEN_MAX 16.0  /* generous: averaged masses are <= 1 */
+
+static int grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	uint32_t nc = *cap ? *cap : 4;
+	while (nc < need)
+		nc *= 2;
+	void *na = realloc(*arr, (size_t)nc * elem);
+	if (!na)
+		return -1;
+	*arr = na;
+	*cap = nc;
+	return 0;
+}
+
+int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens)
+{
+	for (unsigned k = 0; k < n_tokens; k++)
+		if ((p->pinned_mask >> md_label_get(labels, k)) & 1u)
+			return 1;
+	return 0;
+}
+
+int md__index_live(const struct md__host *h, const struct md__engine *e)
+{
+	return e->index_epoch == h->params_epoch;
+}
+
+static int region_known(const struct md__params *p, unsigned r)
+{
+	return r < MD_REGION_BUILTIN_COUNT || p->region_name[r][0] != '\0';
+}
+
+static int labels_known(const struct md__params *p, uint64_t labels, unsigned k0, unsigned k1)
+{
+	for (unsigned k = k0; k < k1; k++)
+		if (!region_known(p, md_label_get(labels, k)))
+			return 0;
+	return 1;
+}
+
+/* first index whose first_pos >= pos */
+static uint32_t seq_lower_bound(const struct md__seq *s, uint64_t pos)
+{
+	uint32_t lo = 0, hi = s->n_pages;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (s->pages[mid].first_pos < pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int eligible(const struct md__page *pg)
+{
+	return pg->state == MD__SLOT_LIVE &&
+	       !(pg->flags & (MD__PF_PINNED | MD__PF_SINK | MD__PF_PROT));
+}
+
+static double page_key(struct md__host *h, struct md__engine *e, const struct md__page *pg)
+{
+	struct md__score_in in;
+	md__score_in_init(h, e, pg->seq, &in);
+	return md__policy_get(e->policy)->lower_bound(pg, &in);
+}
+
+void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	const struct md__params *p = &h->params;
+	if (pg->heap_pos != MD__NO_HEAP)
+		md__heap_remove(e, s, slot);
+	if (!md__index_live(h, e))
+		return; /* rebuilt at the next decision */
+	const struct md__policy *pol = md__policy_get(e->policy);
+	pg->flags &= (uint8_t)~(MD__PF_PINNED | MD__PF_SINK);
+	if (md__page_is_pinned(p, pg->labels, pg->n_tokens))
+		pg->flags |= MD__PF_PINNED;
+	if (pol->is_sink && pol->is_sink(pg, p))
+		pg->flags |= MD__PF_SINK;
+	if (e->policy == MD_POLICY_RANDOM)
+		pg->lb_static = md__random_score(p->random_seed, e->id, slot, pg->gen);
+	else
+		pg->lb_static = pol->static_bound(pg, p);
+	if (eligible(pg))
+		md__heap_insert(e, s, slot, page_key(h, e, pg));
+}
+
+static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, int prot)
+{
+	struct md__page *pg = &e->pages[slot];
+	if (prot) {
+		pg->flags |= MD__PF_PROT;
+		if (pg->heap_pos != MD__NO_HEAP)
+			md__heap_remove(e, &e->seqs[pg->seq], slot);
+	} else if (pg->flags & MD__PF_PROT) {
+		pg->flags &= (uint8_t)~MD__PF_PROT;
+		if (md__index_live(h, e) && eligible(pg))
+			md__heap_insert(e, &e->seqs[pg->seq], slot, page_key(h, e, pg));
+	}
+}
+
+void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k)
+{
+	struct md__seq *s = &e->seqs[seq];
+	uint32_t n = s->n_pages;
+	uint32_t old = s->k_protect;
+	s->k_protect = k;
+	/* ranks [min(old,k), max(old,k)) change side; rank r is index n-1-r */
+	uint32_t lo = old < k ? old : k, hi = old < k ? k : old;
+	if (hi > n)
+		hi = n;
+	for (uint32_t r = lo; r < hi; r++)
+		set_prot(h, e, s->pages[n - 1 - r].slot, k > old);
+}
+
+/* adds a page to its sequence's order; protection moves as ranks shift */
+static void seq_insert(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	uint32_t i = seq_lower_bound(s, pg->first_pos);
+	uint32_t n = s->n_pages;
+	memmove(&s->pages[i + 1], &s->pages[i], (size_t)(n - i) * sizeof(s->pages[0]));
+	s->pages[i].first_pos = pg->first_pos;
+	s->pages[i].slot = slot;
+	s->pages[i].pad = 0;
+	s->n_pages = n + 1;
+	uint32_t rank = n - i, k = s->k_protect;
+	if (rank < k) {
+		pg->flags |= MD__PF_PROT;
+		if (n + 1 > k) /* the page pushed from rank k-1 to rank k */
+			set_prot(h, e, s->pages[n - k].slot, 0);
+	} else {
+		pg->flags &= (uint8_t)~MD__PF_PROT;
+	}
+	if (n == 0)
+		e->seqs_live++;
+}
+
+static void seq_erase(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	uint32_t i = seq_lower_bound(s, pg->first_pos);
+	if (i >= s->n_pages || s->pages[i].slot != slot)
+		abort(); /* broken invariant: the order lost a page */
+	uint32_t n = s->n_pages, rank = n - 1 - i, k = s->k_protect;
+	if (rank < k && n > k) /* the page at rank k moves up into the protected set */
+		set_prot(h, e, s->pages[n - 1 - k].slot, 1);
+	memmove(&s->pages[i], &s->pages[i + 1], (size_t)(n - 1 - i) * sizeof(s->pages[0]));
+	s->n_pages = n - 1;
+	if (pg->heap_pos != MD__NO_HEAP)
+		md__heap_remove(e, s, slot);
+	pg->flags &= (uint8_t)~MD__PF_PROT;
+	if (s->n_pages == 0)
+		e->seqs_live--;
+}
+
+/* the page would overlap a neighbour in its sequence */
+static int seq_overlaps(const struct md__seq *s, const struct md__engine *e, uint64_t first_pos,
+			uint32_t n_tokens, uint32_t self)
+{
+	uint32_t i = seq_lower_bound(s, first_pos);
+	if (first_pos + n_tokens < first_pos)
+		return 1;
+	/* next page at or after first_pos */
+	for (uint32_t j = i; j < s->n_pages && j <= i + 1; j++) {
+		if (s->pages[j].slot == self)
+			continue;
+		if (s->pages[j].first_pos < first_pos + n_tokens)
+			return 1;
+		break;
+	}
+	for (uint32_t j = i; j-- > 0;) {
+		if (s->pages[j].slot == self)
+			continue;
+		const struct md__page *q = &e->pages[s->pages[j].slot];
+		if (q->first_pos + q->n_tokens > first_pos)
+			return 1;
+		break;
+	}
+	return 0;
+}
+
+int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint32_t gen,
+		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
+		  uint64_t clock)
+{
+	if (slot >= e->page_capacity)
+		return -MD__REJ_SLOT;
+	if (seq >= e->max_seqs)
+		return -MD__REJ_SEQ;
+	if (e->pages[slot].state != MD__SLOT_FREE)
+		return -MD__REJ_STATE;
+	if (n_tokens < 1 || n_tokens > e->page_tokens)
+		return -MD__REJ_TOKENS;
+	if (!labels_known(&h->params, labels, 0, n_tokens))
+		return -MD__REJ_REGION;
+	struct md__seq *s = &e->seqs[seq];
+	if (seq_overlaps(s, e, first_pos, n_tokens, UINT32_MAX))
+		return -MD__REJ_POS;
+	if (grow_array((void **)&s->pages, &s->cap_pages, s->n_pages + 1, sizeof(s->pages[0])) ||
+	    grow_array((void **)&s->heap, &s->heap_cap, s->n_pages + 1, sizeof(s->heap[0])))
+		return -MD__REJ_STATE; /* out of memory: refuse the record, keep state */
+	if (s->n_pages == 0)
+		s->k_protect = md__engine_protect_count(h, e);
+	if (clock > s->clock)
+		s->clock = clock;
+	struct md__page *pg = &e->pages[slot];
+	uint64_t keep = n_tokens >= 16 ? ~0ULL : ((1ULL << (4 * n_tokens)) - 1);
+	memset(pg, 0, sizeof(*pg));
+	pg->gen = gen;
+	pg->seq = seq;
+	pg->state = MD__SLOT_LIVE;
+	pg->n_tokens = (uint16_t)n_tokens;
+	pg->heap_pos = MD__NO_HEAP;
+	pg->first_pos = first_pos;
+	pg->labels = labels & keep;
+	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
+	for (unsigned k = 0; k < e->page_tokens; k++)
+		tr[k] = clock;
+	s->tokens_live += n_tokens;
+	e->tokens_live += n_tokens;
+	e->pages_live++;
+	seq_insert(h, e, slot);
+	md__page_reindex(h, e, slot);
+	return 0;
+}
+
+/* live or evicting page matching slot and generation */
+static int page_lookup(struct md__engine *e, uint32_t slot, uint32_t gen, struct md__page **out)
+{
+	if (slot >= e->page_capacity)
+		return -MD__REJ_SLOT;
+	struct md__page *pg = &e->pages[slot];
+	if (pg->state == MD__SLOT_FREE)
+		return -MD__REJ_STATE;
+	if (pg->gen != gen)
+		return -MD__REJ_GEN;
+	*out = pg;
+	return 0;
+}
+
+void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	seq_erase(h, e, slot);
+	pg->state = MD__SLOT_EVICTING;
+	s->tokens_live -= pg->n_tokens;
+	e->tokens_live -= pg->n_tokens;
+	e->pages_live--;
+	e->pages_evicting++;
+}
+
+void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	if (pg->state == MD__SLOT_LIVE) {
+		struct md__seq *s = &e->seqs[pg->seq];
+		seq_erase(h, e, slot);
+		s->tokens_live -= pg->n_tokens;
+		e->tokens_live -= pg->n_tokens;
+		e->pages_live--;
+	} else if (pg->state == MD__SLOT_EVICTING) {
+		e->pages_evicting--;
+	}
+	pg->state = MD__SLOT_FREE;
+	pg->flags = 0;
+	pg->heap_pos = MD__NO_HEAP;
+}
+
+void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
+{
+	/* evicting pages are not in the order: scan the slots once */
+	struct md__seq *s = &e->seqs[seq];
+	while (s->n_pages)
+		md__page_remove(h, e, s->pages[s->n_pages - 1].slot);
+	if (e->pages_evicting) {
+		for (uint32_t i = 0; i < e->page_capacity; i++)
+			if (e->pages[i].state == MD__SLOT_EVICTING && e->pages[i].seq == seq)
+				md__page_remove(h, e, i);
+	}
+	s->clock = 0;
+	s->tokens_live = 0;
+}
+
+static int page_grow(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	struct md__page *pg;
+	int rc = page_lookup(e, r->slot, r->gen, &pg);
+	if (rc)
+		return rc;
+	uint32_t n = r->u.page.n_tokens, old = pg->n_tokens;
+	if (n <= old || n > e->page_tokens)
+		return -MD__REJ_TOKENS;
+	if (!labels_known(&h->params, r->u.page.labels, old, n))
+		return -MD__REJ_REGION;
+	struct md__seq *s = &e->seqs[pg->seq];
+	if (pg->state == MD__SLOT_LIVE && seq_overlaps(s, e, pg->first_pos, n, r->slot))
+		return -MD__REJ_POS;
+	if (r->clock > s->clock)
+		s->clock = r->clock;
+	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
+	for (unsigned k = old; k < n; k++) {
+		pg->labels = md_label_set(pg->labels, k, md_label_get(r->u.page.labels, k));
+		tr[k] = r->clock;
+	}
+	pg->n_tokens = (uint16_t)n;
+	if (pg->state == MD__SLOT_LIVE) {
+		s->tokens_live += n - old;
+		e->tokens_live += n - old;
+		md__page_reindex(h, e, r->slot);
+	}
+	return 0;
+}
+
+/* after an attention update: keep the stored key a lower bound */
+static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
+			      struct md__page *pg)
+{
+	if (pg->heap_pos == MD__NO_HEAP || !md__index_live(h, e))
+		return;
+	struct md__seq *s = &e->seqs[pg->seq];
+	double key;
+	if (e->policy <= MD_POLICY_MEMDECAY_NORM) {
+		/* inline memdecay bound: this runs once per attention record */
+		double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+		key = (pg->lb_static + h->params.alpha * a) / (double)pg->n_tokens * (1.0 - 1e-9);
+	} else {
+		return; /* h2o: only grows; recency, random: fixed */
+	}
+	if (key < s->heap[pg->heap_pos].key)
+		md__heap_lower_key(e, s, slot, key);
+	/* a higher bound is left lazy: the decision refreshes it when it surfaces */
+}
+
+static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	struct md__page *pg;
+	int rc = page_lookup(e, r->slot, r->gen, &pg);
+	if (rc)
+		return rc;
+	float m = r->u.attn_page.mass;
+	if (!(m >= 0.0f) || !(m <= MD__MASS_PER_TOKEN_MAX * (float)e->page_tokens))
+		return -MD__REJ_MASS; /* also NaN and Inf */
+	if (pg->state != MD__SLOT_LIVE)
+		return 0; /* eviction pending: nothing left to decide */
+	struct md__seq *s = &e->seqs[pg->seq];
+	double beta = h->params.beta, mass = (double)m;
+	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * mass;
+	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * mass * (double)s->tokens_live;
+	pg->cum_raw += mass;
+	unsigned bits = r->u.attn_page.refresh & ((1u << pg->n_tokens) - 1u);
+	if (bits) {
+		uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
+		while (bits) {
+			unsigned k = (unsigned)__builtin_ctz(bits);
+			tr[k] = s->clock;
+			bits &= bits - 1;
+		}
+	}
+	attn_rekey(h, e, r->slot, pg);
+	return 0;
+}
+
+static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	struct md__page *pg;
+	int rc = page_lookup(e, r->slot, r->gen, &pg);
+	if (rc)
+		return rc;
+	unsigned t0 = r->token0, c = r->count;
+	if (c < 1 || c > MD_ATTN_TOKENS_PER_REC || t0 + c > pg->n_tokens)
+		return -MD__REJ_TOKENS;
+	double sum = 0.0;
+	for (unsigned i = 0; i < c; i++) {
+		float m = r->u.attn_tokens.mass[i];
+		if (!(m >= 0.0f) || !(m <= MD__MASS_PER_TOKEN_MAX))
+			return -MD__REJ_MASS;
+		sum += (double)m;
+	}
+	if (pg->state != MD__SLOT_LIVE)
+		return 0;
+	struct md__seq *s = &e->seqs[pg->seq];
+	double beta = h->params.beta, nl = (double)s->tokens_live;
+	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * sum;
+	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * sum * nl;
+	pg->cum_raw += sum;
+	uint32_t pol = md__engine_policy(h, e);
+	int rel = pol == MD_POLICY_MEMDECAY_NORM || (pol != MD_POLICY_MEMDECAY_NORM &&
+						      h->params.norm == MD_NORM_RELATIVE);
+	double tau = h->params.tau;
+	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
+	for (unsigned i = 0; i < c; i++) {
+		double m = (double)r->u.attn_tokens.mass[i];
+		if ((rel ? m * nl : m) > tau)
+			tr[t0 + i] = s->clock;
+	}
+	attn_rekey(h, e, r->slot, pg);
+	return 0;
+}
+
+static int relabel(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	if (r->seq >= e->max_seqs)
+		return -MD__REJ_SEQ;
+	uint64_t p0 = r->u.relabel.pos0, p1 = r->u.relabel.pos1;
+	if (p0 >= p1)
+		return -MD__REJ_SPAN;
+	if (r->u.relabel.region >= MD_REGIONS_MAX || !region_known(&h->params, r->u.relabel.region))
+		return -MD__REJ_REGION;
+	struct md__seq *s = &e->seqs[r->seq];
+	/* the page before lower_bound(p0) may reach into the span */
+	uint32_t i = seq_lower_bound(s, p0);
+	if (i > 0)
+		i--;
+	int touched = 0;
+	for (; i < s->n_pages && s->pages[i].first_pos < p1; i++) {
+		uint32_t slot = s->pages[i].slot;
+		struct md__page *pg = &e->pages[slot];
+		uint64_t a = pg->first_pos, b = pg->first_pos + pg->n_tokens;
+		uint64_t lo = a > p0 ? a : p0, hi = b < p1 ? b : p1;
+		if (lo >= hi)
+			continue;
+		for (uint64_t q = lo; q < hi; q++)
+			pg->labels = md_label_set(pg->labels, (unsigned)(q - a), r->u.relabel.region);
+		touched = 1;
+		md__page_reindex(h, e, slot);
+	}
+	return touched ? 0 : -MD__REJ_SPAN;
+}
+
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	switch (r->type) {
+	case MD_REC_ATTN_PAGE:
+		return attn_page(h, e, r);
+	case MD_REC_ATTN_TOKENS:
+		return attn_tokens(h, e, r);
+	case MD_REC_STEP: {
+		if (r->seq >= e->max_seqs)
+			return -MD__REJ_SEQ;
+		struct md__seq *s = &e->seqs[r->seq];
+		if (r->clock < s->clock)
+			return -MD__REJ_CLOCK;
+		s->clock = r->clock;
+		return 0;
+	}
+	case MD_REC_PAGE_OPEN:
+		return md__page_open(h, e, r->slot, r->gen, r->seq, r->u.page.first_pos,
+				     r->u.page.labels, r->u.page.n_tokens, r->clock);
+	case MD_REC_PAGE_GROW:
+		return page_grow(h, e, r);
+	case MD_REC_PAGE_FREE: {
+		struct md__page *pg;
+		int rc = page_lookup(e, r->slot, r->gen, &pg);
+		if (rc)
+			return rc;
+		md__page_remove(h, e, r->slot);
+		return 0;
+	}
+	case MD_REC_SEQ_END:
+		if (r->seq >= e->max_seqs)
+			return -MD__REJ_SEQ;
+		md__seq_release_all(h, e, r->seq);
+		return 0;
+	case MD_REC_RELABEL:
+		return relabel(h, e, r);
+	default:
+		return -MD__REJ_TYPE;
+	}
+}

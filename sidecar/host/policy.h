@@ -1,0 +1,62 @@
+/*
+ * policy.h — one eviction policy behind one interface: its score, and a lower
+ * bound of the score that stays valid as the sequence clock advances (the
+ * eviction index orders pages by it; see evict_index.c).  Lower score = evicted
+ * first.  Protection rules (tail, protect_recent, pinned) live in the host; a
+ * policy may add sink pages (recency) or a recent window (h2o).
+ */
+#ifndef MD_POLICY_H
+#define MD_POLICY_H
+
+#include <stdint.h>
+#include "params.h"
+
+struct md__page;
+
+struct md__score_in {
+	const struct md__params *p;
+	uint64_t clock;        /* the page's sequence clock */
+	uint32_t engine_id;
+	uint32_t norm_mode;    /* effective enum md_norm_mode */
+	uint32_t page_tokens;
+};
+
+struct md__score_terms {
+	double decay;          /* mean b_r exp(-lambda_r dt) */
+	double attn;           /* alpha * A / n, or the cumulative mass (h2o) */
+};
+
+struct md__policy {
+	const char *name;
+	/* t_refresh: the page's per-token refresh clocks */
+	double (*score)(const struct md__page *pg, const uint64_t *t_refresh,
+			const struct md__score_in *in, struct md__score_terms *terms);
+	/* part of the bound that changes only with labels or params */
+	double (*static_bound)(const struct md__page *pg, const struct md__params *p);
+	/* <= score for this and every later clock; uses pg->lb_static */
+	double (*lower_bound)(const struct md__page *pg, const struct md__score_in *in);
+	/* page never evicted under this policy (recency sinks); NULL: none */
+	int (*is_sink)(const struct md__page *pg, const struct md__params *p);
+	/* extra protected newest pages of a sequence whose budget is budget_pages */
+	uint32_t (*window_pages)(const struct md__params *p, uint64_t budget_pages);
+};
+
+extern const struct md__policy md__policy_memdecay;
+extern const struct md__policy md__policy_memdecay_norm;
+extern const struct md__policy md__policy_h2o;
+extern const struct md__policy md__policy_recency;
+extern const struct md__policy md__policy_random;
+
+const struct md__policy *md__policy_get(uint32_t id);
+
+/* shared by memdecay and memdecay-norm */
+double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
+			  const struct md__score_in *in, uint32_t norm_mode,
+			  struct md__score_terms *terms);
+double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p);
+double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
+				uint32_t norm_mode);
+/* fixed per page pseudo-random score in [0, 1) */
+double md__random_score(uint64_t seed, uint32_t engine_id, uint32_t slot, uint32_t gen);
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * policy_memdecay.c — MemDecay (region-aware decay, DESIGN.md §1):
+ *   page score = mean over live tokens of b_r exp(-lambda_r (t - t_refresh_i)) + alpha A / n
+ * where A is the EWMA of the page's attention mass (sum over its tokens, so
+ * alpha A / n is alpha times the mean a_i), updated once per attention record.
+ * With norm "raw" A is the EWMA of m_i; "relative" uses m_i * n_live.
+ * Lower bound: exp terms only decay, so the lambda_r == 0 terms plus the
+ * attention term bound the score for every later clock; shaved by 1e-9
+ * relative so that summation order can never put it above the computed score.
+ */
+#include <math.h>
+#include "host_internal.h"
+
+#define LB_SHAVE (1.0 - 1e-9)
+
+double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
+			  const struct md__score_in *in, uint32_t norm_mode,
+			  struct md__score_terms *terms)
+{
+	const struct md__params *p = in->p;
+	unsigned n = pg->n_tokens;
+	double sum = 0.0;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned r = md_label_get(pg->labels, k);
+		double dt = (double)(in->clock - t_refresh[k]);
+		sum += p->base[r] * exp(-p->lambda[r] * dt);
+	}
+	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+	double decay = sum / (double)n;
+	double attn = p->alpha * a / (double)n;
+	if (terms) {
+		terms->decay = decay;
+		terms->attn = attn;
+	}
+	return decay + attn;
+}
+
+double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p)
+{
+	double s = 0.0;
+	for (unsigned k = 0; k < pg->n_tokens; k++) {
+		unsigned r = md_label_get(pg->labels, k);
+		if (p->lambda[r] == 0.0)
+			s += p->base[r];
+	}
+	return s;
+}
+
+double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
+				uint32_t norm_mode)
+{
+	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+	return (pg->lb_static + in->p->alpha * a) / (double)pg->n_tokens * LB_SHAVE;
+}
+
+static double score(const struct md__page *pg, const uint64_t *t_refresh,
+		    const struct md__score_in *in, struct md__score_terms *terms)
+{
+	return md__memdecay_score(pg, t_refresh, in, in->norm_mode, terms);
+}
+
+static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
+{
+	return md__memdecay_lower_bound(pg, in, in->norm_mode);
+}
+
+const struct md__policy md__policy_memdecay = {
+	.name = "memdecay",
+	.score = score,
+	.static_bound = md__memdecay_static_bound,
+	.lower_bound = lower_bound,
+	.is_sink = NULL,
+	.window_pages = NULL,
+};
+
+const struct md__policy *md__policy_get(uint32_t id)
+{
+	switch (id) {
+	case MD_POLICY_MEMDECAY_NORM: return &md__policy_memdecay_norm;
+	case MD_POLICY_H2O: return &md__policy_h2o;
+	case MD_POLICY_RECENCY: return &md__policy_recency;
+	case MD_POLICY_RANDOM: return &md__policy_random;
+	default: return &md__policy_memdecay;
+	}
+}

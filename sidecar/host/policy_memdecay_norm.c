@@ -1,0 +1,27 @@
+/*
+ * policy_memdecay_norm.c — MemDecay with the attention term normalized to the
+ * uniform level (DESIGN.md §1, the paper's open item): m̂_i = m_i * n_live in
+ * both the EWMA and the refresh test against tau.  Same score as memdecay,
+ * always in relative mode, whatever memdecay.norm says.
+ */
+#include "host_internal.h"
+
+static double score(const struct md__page *pg, const uint64_t *t_refresh,
+		    const struct md__score_in *in, struct md__score_terms *terms)
+{
+	return md__memdecay_score(pg, t_refresh, in, MD_NORM_RELATIVE, terms);
+}
+
+static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
+{
+	return md__memdecay_lower_bound(pg, in, MD_NORM_RELATIVE);
+}
+
+const struct md__policy md__policy_memdecay_norm = {
+	.name = "memdecay-norm",
+	.score = score,
+	.static_bound = md__memdecay_static_bound,
+	.lower_bound = lower_bound,
+	.is_sink = NULL,
+	.window_pages = NULL,
+};

@@ -1,0 +1,187 @@
+/*
+ * memdecayd.c — the MemDecay policy daemon: command line, configuration,
+ * socket path resolution, then server.c's loop until SIGTERM/SIGINT.
+ * See docs/operations.md for every flag and exit code.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/random.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "server.h"
+
+#define MEMDECAYD_VERSION "0.1.0"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: memdecayd [OPTIONS]\n"
+		"MemDecay policy daemon: serves KV-cache eviction decisions to engines over shared memory.\n\n"
+		"  --socket PATH        control socket (default $MEMDECAY_SOCKET, else\n"
+		"                       $XDG_RUNTIME_DIR/memdecay/memdecayd.sock, else /run/memdecay/memdecayd.sock)\n"
+		"  --config FILE        policy configuration (key = value lines); SIGHUP reloads it\n"
+		"  --event-loop B       uring or epoll (default: uring, epoll if io_uring is refused)\n"
+		"  --socket-group GROUP also accept peers of GROUP (socket 0660, directory 0750)\n"
+		"  --foreground         do not detach from the terminal\n"
+		"  --log-level L        error, warn, info (default) or debug\n"
+		"  --help               this text\n"
+		"  --version            print the version and ABI\n\n"
+		"exit status: 0 clean stop, 1 runtime error (socket busy, bad config ...), 2 usage error\n");
+}
+
+int md__socket_default(char *buf, size_t len)
+{
+	const char *env = getenv("MEMDECAY_SOCKET");
+	if (env && *env)
+		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (xdg && *xdg)
+		return snprintf(buf, len, "%s/memdecay/memdecayd.sock", xdg) < (int)len ? 0 : -ENAMETOOLONG;
+	return snprintf(buf, len, "/run/memdecay/memdecayd.sock") < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "event-loop", required_argument, NULL, 'e' },
+		{ "socket-group", required_argument, NULL, 'g' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	static struct md__daemon daemon_state;
+	struct md__daemon *d = &daemon_state;
+	d->listen_fd = d->signal_fd = -1;
+	const char *socket_arg = NULL, *group_arg = NULL;
+	enum md__loop_backend backend = MD__LOOP_AUTO;
+	int foreground = 0, c;
+	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': socket_arg = optarg; break;
+		case 'c':
+			if (snprintf(d->config_path, sizeof(d->config_path), "%s", optarg) >=
+			    (int)sizeof(d->config_path)) {
+				fprintf(stderr, "memdecayd: --config path too long\n");
+				return 2;
+			}
+			d->have_config = 1;
+			break;
+		case 'e':
+			if (!strcmp(optarg, "uring"))
+				backend = MD__LOOP_URING;
+			else if (!strcmp(optarg, "epoll"))
+				backend = MD__LOOP_EPOLL;
+			else {
+				fprintf(stderr, "memdecayd: --event-loop '%s': want uring or epoll\n", optarg);
+				return 2;
+			}
+			break;
+		case 'g': group_arg = optarg; break;
+		case 'f': foreground = 1; break;
+		case 'l':
+			if ((md__log_threshold = md__log_level_from_name(optarg)) < 0) {
+				fprintf(stderr, "memdecayd: --log-level '%s': want error, warn, info or debug\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		case 'V':
+			printf("memdecayd %s (ABI %u.%u)\n", MEMDECAYD_VERSION, MD_ABI_MAJOR, MD_ABI_MINOR);
+			return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "memdecayd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (socket_arg) {
+		if (snprintf(d->socket_path, sizeof(d->socket_path), "%s", socket_arg) >=
+		    (int)sizeof(d->socket_path)) {
+			fprintf(stderr, "memdecayd: --socket %s: longer than %zu bytes\n", socket_arg,
+				sizeof(d->socket_path) - 1);
+			return 2;
+		}
+	} else if (md__socket_default(d->socket_path, sizeof(d->socket_path)) < 0) {
+		fprintf(stderr, "memdecayd: default socket path too long (set --socket)\n");
+		return 2;
+	}
+	if (group_arg) {
+		struct group *g = getgrnam(group_arg);
+		char *end;
+		unsigned long gid = strtoul(group_arg, &end, 10);
+		if (g)
+			d->group = g->gr_gid;
+		else if (*group_arg && !*end)
+			d->group = (gid_t)gid;
+		else {
+			fprintf(stderr, "memdecayd: --socket-group '%s': no such group\n", group_arg);
+			return 2;
+		}
+		d->have_group = 1;
+	}
+
+	md__params_defaults(&d->params);
+	char err[512];
+	if (d->have_config && md__params_load_file(&d->params, d->config_path, err, sizeof(err)) < 0) {
+		md__err("config not loaded: %s", err);
+		return 1;
+	}
+	while (!d->instance_id) {
+		if (getrandom(&d->instance_id, sizeof(d->instance_id), 0) != sizeof(d->instance_id))
+			d->instance_id = md__now_ns() ^ ((uint64_t)getpid() << 32);
+	}
+	d->start_ns = md__now_ns();
+
+	int why = 0;
+	d->loop = md__loop_new(backend, &why);
+	if (!d->loop) {
+		md__err("cannot create the %s event loop: %s",
+			backend == MD__LOOP_EPOLL ? "epoll" : "io_uring", strerror(errno));
+		return 1;
+	}
+	if (why)
+		md__warn("io_uring refused (%s): using the epoll event loop", strerror(-why));
+	d->host = md__host_new(&d->params);
+	if (!d->host) {
+		md__err("cannot create the policy host: out of memory");
+		return 1;
+	}
+	if (md__server_listen(d, err, sizeof(err)) < 0) {
+		md__err("%s", err);
+		return 1;
+	}
+	if (md__server_start(d, err, sizeof(err)) < 0) {
+		md__err("%s", err);
+		unlink(d->socket_path);
+		return 1;
+	}
+	if (!foreground) {
+		if (daemon(0, 1) < 0) {
+			md__err("cannot detach: %s (use --foreground)", strerror(errno));
+			unlink(d->socket_path);
+			return 1;
+		}
+	}
+	md__info("memdecayd %s listening on %s (instance %llu, %s loop, policy %s, pid %d)",
+		 MEMDECAYD_VERSION, d->socket_path, (unsigned long long)d->instance_id,
+		 md__loop_backend_name(d->loop), md__policy_name(d->params.policy), (int)getpid());
+	md__server_run(d);
+	md__server_shutdown(d);
+	md__host_free(d->host);
+	md__loop_free(d->loop);
+	md__info("memdecayd stopped");
+	return 0;
+}

@@ -1,0 +1,538 @@
+/*
+ * server.c — the control socket, its connections, signals, and memdecayd's
+ * main loop with the sleep protocol.
+ *
+ * Main loop: service every engine (ingest a bounded batch, decide, push
+ * commands) and poll the event loop without blocking while there is work;
+ * when an iteration finds none, set `sleeping` in every daemon segment, fence,
+ * re-check every ring (an engine that published just before seeing the flag
+ * would not ring), and only then block on doorbells, sockets, signals and the
+ * 100 ms tick.  The daemon never busy-spins when idle.
+ *
+ * Connections are non-blocking with per-connection buffers: a line longer than
+ * MD_CTL_LINE_MAX, binary bytes, or more than MD__CONN_MAX connections get an
+ * ERR and are closed; a reply the peer does not read stays queued (never
+ * blocks the loop) and is retried at every wake-up.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "server.h"
+
+static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
+			 void *ud);
+
+static void conn_free(struct md__conn *c)
+{
+	free(c->out);
+	free(c);
+}
+
+void md__conn_close(struct md__daemon *d, struct md__conn *c)
+{
+	if (c->dead)
+		return;
+	if (c->engine)
+		md__engine_detach(d, c->engine, MD__DETACH_EOF, "connection closed");
+	c->dead = 1;
+	md__loop_unwatch(d->loop, c->w);
+	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	d->n_conns--;
+	conn_free(c);
+}
+
+/* Sends what is queued; returns 0, or -1 if the connection was closed. */
+static int conn_flush(struct md__daemon *d, struct md__conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return 0;
+			md__conn_close(d, c);
+			return -1;
+		}
+		c->out_off += (size_t)n;
+	}
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_off = 0;
+	if (c->close_after_reply) {
+		md__conn_close(d, c);
+		return -1;
+	}
+	return 0;
+}
+
+void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len)
+{
+	size_t have = c->out_len - c->out_off;
+	char *np = malloc(have + len);
+	if (!np) {
+		c->close_after_reply = 1;
+		return;
+	}
+	if (have)
+		memcpy(np, c->out + c->out_off, have);
+	memcpy(np + have, buf, len);
+	free(c->out);
+	c->out = np;
+	c->out_len = have + len;
+	c->out_off = 0;
+}
+
+/* One complete line from a connection.  Returns -1 if the conn is gone. */
+static int conn_line(struct md__daemon *d, struct md__conn *c, char *line)
+{
+	if (c->engine)
+		return 0; /* an attached engine has nothing more to say; ignore */
+	if (!strncmp(line, "HELLO", 5) && (line[5] == ' ' || line[5] == 0 || line[5] == '\t')) {
+		md__engine_attach(d, c, line);
+		return conn_flush(d, c);
+	}
+	struct md__sbuf reply = { 0 };
+	md__control_exec(d, c, line, &reply);
+	if (reply.oom || !reply.len) {
+		static const char oom[] = "ERR out of memory\n";
+		md__conn_send(d, c, oom, sizeof(oom) - 1);
+	} else {
+		md__conn_send(d, c, reply.p, reply.len);
+	}
+	md__sbuf_free(&reply);
+	c->opened_ns = md__now_ns();
+	return conn_flush(d, c);
+}
+
+static void conn_reject(struct md__daemon *d, struct md__conn *c, const char *msg)
+{
+	char line[256];
+	int n = snprintf(line, sizeof(line), "ERR %s\n", msg);
+	c->in_len = 0;
+	md__conn_send(d, c, line, (size_t)n);
+	c->close_after_reply = 1;
+	conn_flush(d, c);
+}
+
+static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
+			 void *ud)
+{
+	struct md__conn *c = ud;
+	struct md__daemon *d = c->d;
+	d->idle_wake = 1;
+	if (res <= 0) {
+		if (res == -EAGAIN || res == -EINTR)
+			return;
+		if (c->engine)
+			md__engine_detach(d, c->engine, MD__DETACH_EOF,
+					  res == 0 ? "control socket closed" : strerror(-res));
+		md__conn_close(d, c);
+		return;
+	}
+	if (c->close_after_reply)
+		return; /* already refused: drain */
+	const char *p = buf;
+	size_t left = (size_t)res;
+	while (left) {
+		size_t room = sizeof(c->in) - c->in_len;
+		size_t take = left < room ? left : room;
+		memcpy(c->in + c->in_len, p, take);
+		c->in_len += take;
+		p += take;
+		left -= take;
+		for (;;) {
+			char *nl = memchr(c->in, '\n', c->in_len);
+			if (!nl)
+				break;
+			*nl = 0;
+			size_t used = (size_t)(nl - c->in) + 1;
+			if (memchr(c->in, 0, used - 1)) {
+				conn_reject(d, c, "request holds NUL bytes");
+				return;
+			}
+			char line[MD_CTL_LINE_MAX + 1];
+			memcpy(line, c->in, used);
+			memmove(c->in, c->in + used, c->in_len - used);
+			c->in_len -= used;
+			if (conn_line(d, c, line) < 0)
+				return;
+			if (c->close_after_reply)
+				return;
+		}
+		if (c->in_len == sizeof(c->in)) {
+			if (c->engine) {
+				c->in_len = 0; /* attached engines' chatter is ignored */
+				continue;
+			}
+			char msg[96];
+			snprintf(msg, sizeof(msg), "request line longer than %u bytes", MD_CTL_LINE_MAX);
+			conn_reject(d, c, msg);
+			return;
+		}
+	}
+}
+
+static int peer_allowed(struct md__daemon *d, uid_t uid, gid_t gid)
+{
+	if (uid == geteuid())
+		return 1;
+	if (!d->have_group)
+		return 0;
+	if (gid == d->group)
+		return 1;
+	struct passwd pw, *pwp = NULL;
+	char pwbuf[4096];
+	if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &pwp) != 0 || !pwp)
+		return 0;
+	gid_t groups[256];
+	int ng = 256;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ng) < 0)
+		return 0;
+	for (int i = 0; i < ng; i++)
+		if (groups[i] == d->group)
+			return 1;
+	return 0;
+}
+
+static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
+		      void *ud)
+{
+	struct md__daemon *d = ud;
+	d->idle_wake = 1;
+	if (res < 0) {
+		if (res != -EAGAIN && res != -EINTR && res != -ECONNABORTED)
+			md__warn("accept on %s failed: %s", d->socket_path, strerror(-res));
+		return;
+	}
+	int fd = res;
+	struct ucred cred = { 0 };
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+		close(fd);
+		return;
+	}
+	if (d->n_conns >= MD__CONN_MAX) {
+		static const char msg[] = "ERR too many connections to memdecayd\n";
+		d->conns_refused++;
+		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)ignored;
+		close(fd);
+		md__warn("connection from pid %d refused: %d connections open", (int)cred.pid,
+			 d->n_conns);
+		return;
+	}
+	if (!peer_allowed(d, cred.uid, cred.gid)) {
+		static const char msg[] = "ERR permission denied: peer is not the daemon's user or group\n";
+		d->conns_refused++;
+		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)ignored;
+		close(fd);
+		md__warn("connection from pid %d uid %u gid %u refused: not our user or group",
+			 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+		return;
+	}
+	struct md__conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->d = d;
+	c->fd = fd;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->opened_ns = md__now_ns();
+	c->w = md__loop_watch(d->loop, fd, MD__WATCH_RECV, 4096, conn_recv_cb, c);
+	if (!c->w) {
+		close(fd);
+		free(c);
+		return;
+	}
+	c->next = d->conns;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	d->n_conns++;
+}
+
+static void reload(struct md__daemon *d)
+{
+	if (!d->have_config) {
+		md__info("SIGHUP: no --config file; nothing to reload");
+		return;
+	}
+	struct md__params p;
+	md__params_defaults(&p);
+	char err[512];
+	if (md__params_load_file(&p, d->config_path, err, sizeof(err)) < 0) {
+		d->reload_failures++;
+		md__err("SIGHUP: config not reloaded, keeping the old one: %s", err);
+		return;
+	}
+	md__daemon_apply_params(d, &p);
+	d->reloads++;
+	md__info("SIGHUP: reloaded %s", d->config_path);
+}
+
+static void signal_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
+		      void *ud)
+{
+	struct md__daemon *d = ud;
+	d->idle_wake = 1;
+	if (res != (int)sizeof(struct signalfd_siginfo))
+		return;
+	const struct signalfd_siginfo *si = buf;
+	switch (si->ssi_signo) {
+	case SIGHUP:
+		reload(d);
+		break;
+	case SIGTERM:
+	case SIGINT:
+		md__info("%s received: shutting down", si->ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+		d->stop = 1;
+		break;
+	}
+}
+
+static void tick_cb(struct md__loop *l, void *ud)
+{
+	struct md__daemon *d = ud;
+	uint64_t now = md__now_ns();
+	md__engines_tick(d, now);
+	struct md__conn *c = d->conns, *next;
+	for (; c; c = next) {
+		next = c->next;
+		if (!c->engine && !c->out_len && now - c->opened_ns > MD__OPERATOR_IDLE_NS) {
+			md__debug("closing idle control connection from pid %d", (int)c->pid);
+			md__conn_close(d, c);
+		}
+	}
+	d->dirty = 1; /* pending commands and budgets are retried at least every tick */
+}
+
+static int mkdir_p(const char *dir, mode_t mode, int *created)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", dir);
+	size_t n = strlen(tmp);
+	for (size_t i = 1; i <= n; i++) {
+		if (tmp[i] == '/' || tmp[i] == 0) {
+			char save = tmp[i];
+			tmp[i] = 0;
+			if (mkdir(tmp, mode) == 0) {
+				if (save == 0)
+					*created = 1;
+			} else if (errno != EEXIST) {
+				return -errno;
+			}
+			tmp[i] = save;
+		}
+	}
+	return 0;
+}
+
+int md__server_listen(struct md__daemon *d, char *err, size_t errlen)
+{
+	const char *path = d->socket_path;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s is longer than %zu bytes", path,
+			 sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		int created = 0;
+		int rc = mkdir_p(dir, d->have_group ? 0750 : 0700, &created);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot create socket directory %s: %s", dir,
+				 strerror(-rc));
+			return rc;
+		}
+		if (created) {
+			if (d->have_group && (chown(dir, (uid_t)-1, d->group) < 0 ||
+					      chmod(dir, 0750) < 0)) {
+				snprintf(err, errlen, "cannot give %s to group %u: %s", dir,
+					 (unsigned)d->group, strerror(errno));
+				return -errno;
+			}
+			if (!d->have_group && chmod(dir, 0700) < 0) {
+				snprintf(err, errlen, "cannot chmod %s: %s", dir, strerror(errno));
+				return -errno;
+			}
+		}
+	}
+
+	/* Another daemon on this path?  A stale file (nobody listening) is removed. */
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(probe);
+		snprintf(err, errlen, "another memdecayd is already answering on %s", path);
+		return -EADDRINUSE;
+	}
+	int cerr = errno;
+	close(probe);
+	if (cerr == ECONNREFUSED) {
+		md__info("removing stale socket %s", path);
+		if (unlink(path) < 0 && errno != ENOENT) {
+			snprintf(err, errlen, "cannot remove stale socket %s: %s", path,
+				 strerror(errno));
+			return -errno;
+		}
+	} else if (cerr != ENOENT) {
+		snprintf(err, errlen, "cannot probe %s: %s", path, strerror(cerr));
+		return -cerr;
+	}
+
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	mode_t old = umask(0177);
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int berr = errno;
+	umask(old);
+	if (rc < 0) {
+		close(fd);
+		snprintf(err, errlen, "cannot bind %s: %s", path, strerror(berr));
+		return -berr;
+	}
+	if (d->have_group && (chown(path, (uid_t)-1, d->group) < 0 || chmod(path, 0660) < 0)) {
+		int e2 = errno;
+		close(fd);
+		unlink(path);
+		snprintf(err, errlen, "cannot give %s to group %u: %s", path, (unsigned)d->group,
+			 strerror(e2));
+		return -e2;
+	}
+	if (listen(fd, 128) < 0) {
+		int e2 = errno;
+		close(fd);
+		unlink(path);
+		snprintf(err, errlen, "listen on %s: %s", path, strerror(e2));
+		return -e2;
+	}
+	d->listen_fd = fd;
+	return 0;
+}
+
+int md__server_start(struct md__daemon *d, char *err, size_t errlen)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0) {
+		snprintf(err, errlen, "sigprocmask: %s", strerror(errno));
+		return -errno;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	d->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (d->signal_fd < 0) {
+		snprintf(err, errlen, "signalfd: %s", strerror(errno));
+		return -errno;
+	}
+	d->signal_w = md__loop_watch(d->loop, d->signal_fd, MD__WATCH_READ,
+				     sizeof(struct signalfd_siginfo), signal_cb, d);
+	d->listen_w = md__loop_watch(d->loop, d->listen_fd, MD__WATCH_ACCEPT, 0, accept_cb, d);
+	if (!d->signal_w || !d->listen_w) {
+		snprintf(err, errlen, "event loop: %s", strerror(errno));
+		return -errno;
+	}
+	md__loop_set_timer(d->loop, MD__TICK_MS, tick_cb, d);
+	return 0;
+}
+
+static void flush_all(struct md__daemon *d)
+{
+	struct md__conn *c = d->conns, *next;
+	for (; c; c = next) {
+		next = c->next;
+		if (c->out_len)
+			conn_flush(d, c);
+	}
+}
+
+void md__server_run(struct md__daemon *d)
+{
+	while (!d->stop) {
+		d->iterations++;
+		int work = md__engines_service(d);
+		flush_all(d);
+		int rc = md__loop_poll(d->loop, 0);
+		if (rc < 0) {
+			md__err("event loop failed: %s", strerror(-rc));
+			break;
+		}
+		if (work || d->stop)
+			continue;
+		md__engines_set_sleeping(d, 1); /* includes the full fence */
+		if (md__engines_any_work(d)) {
+			md__engines_set_sleeping(d, 0);
+			continue;
+		}
+		d->sleeps++;
+		rc = md__loop_poll(d->loop, 1);
+		md__engines_set_sleeping(d, 0);
+		if (rc < 0) {
+			md__err("event loop failed: %s", strerror(-rc));
+			break;
+		}
+	}
+}
+
+void md__server_shutdown(struct md__daemon *d)
+{
+	for (struct md__engine *e = d->engines; e; e = e->next) {
+		md_store_relaxed(&e->dctrl->shutting_down, 1);
+		md_fence_full();
+		uint64_t one = 1;
+		ssize_t ignored = write(e->bell_to_engine_fd, &one, sizeof(one));
+		(void)ignored;
+	}
+	while (d->engines)
+		md__engine_detach(d, d->engines, MD__DETACH_SHUTDOWN, "daemon stopping");
+	while (d->conns)
+		md__conn_close(d, d->conns);
+	if (d->listen_fd >= 0) {
+		md__loop_unwatch(d->loop, d->listen_w);
+		close(d->listen_fd);
+		d->listen_fd = -1;
+		unlink(d->socket_path);
+	}
+	if (d->signal_fd >= 0) {
+		md__loop_unwatch(d->loop, d->signal_w);
+		close(d->signal_fd);
+		d->signal_fd = -1;
+	}
+}

@@ -1,0 +1,7 @@
+# Core suites: params, policies, page state and the eviction index (md_host).
+foreach(suite params policy index)
+  add_executable(check_${suite} ${CMAKE_CURRENT_SOURCE_DIR}/check_${suite}.c)
+  target_link_libraries(check_${suite} PRIVATE md_host PkgConfig::CHECK)
+  add_test(NAME check_${suite} COMMAND check_${suite})
+  set_tests_properties(check_${suite} PROPERTIES TIMEOUT 300)
+endforeach()
