@@ -105,6 +105,8 @@ static void engine_free(struct md__engine *e)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(e->pending);
+	free(e->resync_buf);
+	free(e->resync_clocks);
 	free(e);
 }
 

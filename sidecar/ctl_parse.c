@@ -405,3 +405,16 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 	}
 	return 0;
 }
+
+/* The socket path rule of DESIGN.md §2 (shared by memdecayd and memdecayctl). */
+int md__socket_default(char *buf, size_t len)
+{
+	const char *env = getenv("MEMDECAY_SOCKET");
+	if (env && *env)
+		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (xdg && *xdg)
+		return snprintf(buf, len, "%s/memdecay/memdecayd.sock", xdg) < (int)len ? 0 : -ENAMETOOLONG;
+	return snprintf(buf, len, "/run/memdecay/memdecayd.sock") < (int)len ? 0 : -ENAMETOOLONG;
+}
+

@@ -73,4 +73,8 @@ int md__parse_u64(const char *s, uint64_t *out);
 /* JSON string body escaping into dst (always NUL-terminated); returns length. */
 size_t md__json_escape(const char *s, char *dst, size_t cap);
 
+/* $MEMDECAY_SOCKET, else $XDG_RUNTIME_DIR/memdecay/memdecayd.sock, else
+ * /run/memdecay/memdecayd.sock.  0 or -ENAMETOOLONG. */
+int md__socket_default(char *buf, size_t len);
+
 #endif

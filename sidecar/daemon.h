@@ -87,7 +87,9 @@ struct md__engine {
 	struct md_ring_prod cmds;
 	uint64_t last_resync_request;
 	uint64_t attach_ns;
-	uint64_t violation_grace;     /* records after a resync that may legally disagree */
+	uint64_t violation_grace;
+	struct md_page_entry *resync_buf;  /* page-table snapshot (lazily allocated) */
+	uint64_t *resync_clocks;     /* records after a resync that may legally disagree */
 	/* decisions not yet in the command ring (ring full) */
 	struct md__decision *pending;
 	size_t pending_head, pending_len, pending_cap;

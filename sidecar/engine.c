@@ -116,6 +116,52 @@ static int copy_page_entry(const struct md_page_entry *src, struct md_page_entry
 	return -EAGAIN;
 }
 
+/* Feeds one snapshot of the page table to the host.  Returns how many live
+ * entries the host refused because of their position (see resync()). */
+static uint32_t resync_pass(struct md__daemon *d, struct md__engine *e, const uint64_t *clocks,
+			    uint64_t *live_out, uint64_t *skipped_out, int log)
+{
+	uint32_t pos_refused = 0;
+	uint64_t live = 0, skipped = 0;
+	md__host_resync_begin(d->host, e->id);
+	for (uint32_t s = 0; s < e->max_seqs; s++) {
+		/* Every sequence, 0 included: a clock of 0 means the sequence ended
+		 * (its SEQ_END record may be among the dropped ones). */
+		if (md__host_resync_seq_clock(d->host, e->id, s, clocks[s]) == -MD__REJ_CLOCK) {
+			/* The host keeps clocks monotonic; a table clock behind it means
+			 * the sequence ended and restarted: end it, then take the clock. */
+			struct md_stats_rec end;
+			memset(&end, 0, sizeof(end));
+			end.type = MD_REC_SEQ_END;
+			end.seq = s;
+			md__host_ingest(d->host, e->id, &end);
+			md__host_resync_seq_clock(d->host, e->id, s, clocks[s]);
+		}
+	}
+	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
+		const struct md_page_entry *pe = &e->resync_buf[slot];
+		if (pe->state != MD_PAGE_LIVE)
+			continue;
+		int rc = md__host_resync_page(d->host, e->id, slot, pe);
+		if (rc < 0) {
+			skipped++;
+			if (rc == -MD__REJ_POS)
+				pos_refused++;
+			if (log && -rc < MD__REJ_COUNT)
+				e->rejected[-rc]++;
+			if (log)
+				md__debug("engine %u (%s): resync skipped slot %u seq %u: %s", e->id,
+					  e->name, slot, pe->seq, md__reject_name(-rc));
+		} else {
+			live++;
+		}
+	}
+	md__host_resync_end(d->host, e->id);
+	*live_out = live;
+	*skipped_out = skipped;
+	return pos_refused;
+}
+
 static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 {
 	e->last_resync_request = request;
@@ -125,43 +171,40 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 	if (avail > 0)
 		md_ring_skip_to(&e->stats, e->stats.next + (uint64_t)avail);
 	md__engine_drop_pending(e);
-	md__host_resync_begin(d->host, e->id);
-	for (uint32_t s = 0; s < e->max_seqs; s++) {
-		uint64_t clk = md_load_relaxed(&e->seq_clock[s]);
-		if (clk)
-			md__host_resync_seq_clock(d->host, e->id, s, clk);
+	if (!e->resync_buf) {
+		e->resync_buf = calloc(e->page_capacity, sizeof(*e->resync_buf));
+		e->resync_clocks = calloc(e->max_seqs, sizeof(*e->resync_clocks));
+		if (!e->resync_buf || !e->resync_clocks) {
+			md__err("engine %u (%s): out of memory for a resync", e->id, e->name);
+			return;
+		}
 	}
-	uint64_t live = 0, skipped = 0;
+	/* Snapshot first (copies, each entry under its version word), then feed. */
+	for (uint32_t s = 0; s < e->max_seqs; s++)
+		e->resync_clocks[s] = md_load_acquire(&e->seq_clock[s]);
+	uint64_t torn = 0;
 	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
-		struct md_page_entry pe;
-		if (md_load_relaxed(&e->page_table[slot].state) == MD_PAGE_FREE &&
-		    !(md_load_relaxed(&e->page_table[slot].version) & 1))
-			continue;
-		if (copy_page_entry(&e->page_table[slot], &pe) < 0) {
-			skipped++;
-			continue;
-		}
-		if (pe.state != MD_PAGE_LIVE)
-			continue;
-		int rc = md__host_resync_page(d->host, e->id, slot, &pe);
-		if (rc < 0) {
-			skipped++;
-			if (rc >= -MD__REJ_COUNT)
-				e->rejected[-rc]++;
-			md__debug("engine %u (%s): resync skipped slot %u seq %u: %s", e->id,
-				  e->name, slot, pe.seq, md__reject_name(-rc));
-		} else {
-			live++;
+		struct md_page_entry *pe = &e->resync_buf[slot];
+		if (copy_page_entry(&e->page_table[slot], pe) < 0) {
+			torn++;
+			pe->state = MD_PAGE_FREE; /* being written: the next resync gets it */
 		}
 	}
-	md__host_resync_end(d->host, e->id);
+	uint64_t live, skipped;
+	/* A reused slot can overlap a page the host has not dropped yet (it drops
+	 * unseen pages at resync_end); a second pass over the same snapshot then
+	 * opens it. */
+	resync_pass(d, e, e->resync_clocks, &live, &skipped, 0);
+	if (skipped)
+		resync_pass(d, e, e->resync_clocks, &live, &skipped, 1);
+	skipped += torn;
 	e->resync_pages += live;
 	e->resync_pages_skipped += skipped;
 	e->violation_grace = e->stats_capacity;
 	d->dirty = 1;
-	md__info("engine %u (%s): resync #%llu from the page table: %llu live pages, %llu skipped",
-		 e->id, e->name, (unsigned long long)e->resyncs, (unsigned long long)live,
-		 (unsigned long long)skipped);
+	md__debug("engine %u (%s): resync #%llu from the page table: %llu live pages, %llu skipped",
+		  e->id, e->name, (unsigned long long)e->resyncs, (unsigned long long)live,
+		  (unsigned long long)skipped);
 }
 
 /* Ingests up to one batch.  Returns records consumed, or -1 if detached. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <sys/random.h>
 
+#include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
 #include "server.h"
@@ -33,17 +34,6 @@ static void usage(FILE *f)
 		"  --help               this text\n"
 		"  --version            print the version and ABI\n\n"
 		"exit status: 0 clean stop, 1 runtime error (socket busy, bad config ...), 2 usage error\n");
-}
-
-int md__socket_default(char *buf, size_t len)
-{
-	const char *env = getenv("MEMDECAY_SOCKET");
-	if (env && *env)
-		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (xdg && *xdg)
-		return snprintf(buf, len, "%s/memdecay/memdecayd.sock", xdg) < (int)len ? 0 : -ENAMETOOLONG;
-	return snprintf(buf, len, "/run/memdecay/memdecayd.sock") < (int)len ? 0 : -ENAMETOOLONG;
 }
 
 int main(int argc, char **argv)

@@ -1,2 +1,769 @@
- #include <stdlib.h>
- int main(void){return 0;}
+/*
+ * check_index.c — page state and the eviction index: decisions equal the
+ * brute-force oracle on >= 10,000 random cases per policy (seeded; regions,
+ * pinned, several sequences and engines, all three budget scopes, ties,
+ * parameter changes between decisions), pinned/protected pages never evicted,
+ * bad records rejected with the right reason, budgets and the evicting state.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "host.h"
+#include "oracle.h"
+
+/* ---- small deterministic rng ---- */
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+	uint64_t x = (rng_state += 0x9e3779b97f4a7c15ULL);
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+static uint32_t rn(uint32_t n) { return n ? (uint32_t)(rnd() % n) : 0; }
+
+static struct md_stats_rec rec(uint16_t type)
+{
+	struct md_stats_rec r;
+	memset(&r, 0, sizeof r);
+	r.type = type;
+	return r;
+}
+
+/* ---- the test's mirror of each engine ---- */
+#define MAXE 3
+#define MAXSLOTS 48
+#define MAXSEQ 4
+struct mpage { int state; uint32_t gen, seq, n; uint64_t first_pos, labels; };
+struct mengine {
+	uint32_t id, P, cap, nseq;
+	struct mpage pg[MAXSLOTS];
+	uint64_t next_pos[MAXSEQ], clock[MAXSEQ];
+};
+struct world {
+	struct md__host *h;
+	struct md__params p;
+	int policy;
+	int ne;
+	struct mengine e[MAXE];
+	uint32_t nregions;
+};
+
+static void random_params(struct world *w)
+{
+	struct md__params *p = &w->p;
+	static const double lambdas[] = {0, 0, 0.01, 0.05, 0.2, 1.0};
+	static const double bases[] = {0, 0.3, 0.5, 0.7, 1.0};
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		p->lambda[r] = lambdas[rn(6)];
+		p->base[r] = bases[rn(5)];
+	}
+	p->pinned_mask = rn(2) ? 1u : 0u;
+	if (rn(3) == 0)
+		p->pinned_mask |= 1u << MD_REGION_PLAN;
+	if (rn(4) == 0)
+		p->pinned_mask |= 1u << rn(9);
+	static const double alphas[] = {0, 0.5, 1, 3};
+	p->alpha = alphas[rn(4)];
+	static const double betas[] = {0, 0.5, 0.9};
+	p->beta = betas[rn(3)];
+	p->tau = rn(2) ? 0.1 : 1.0;
+	p->norm = rn(2);
+	p->policy = (uint32_t)w->policy;
+	p->protect_recent = rn(3);
+	p->sink_tokens = rn(9);
+	static const double fr[] = {0, 0.25, 0.5, 1};
+	p->h2o_recent_fraction = fr[rn(4)];
+	p->random_seed = rnd();
+	static const double lws[] = {1, 1, 0.75, 0.5};
+	p->low_watermark = lws[rn(4)];
+	p->budget_sequence_tokens = rn(2) ? 0 : 4 + rn(40);
+	p->budget_engine_pages = rn(2) ? 0 : 2 + rn(20);
+	p->budget_global_pages = rn(3) ? 0 : 3 + rn(40);
+	if (rn(2))
+		snprintf(p->region_name[8], MD__REGION_NAME_MAX, "code");
+	else
+		p->region_name[8][0] = '\0';
+	w->nregions = p->region_name[8][0] ? 9 : 8;
+}
+
+static void world_new(struct world *w, int policy)
+{
+	memset(w, 0, sizeof *w);
+	w->policy = policy;
+	md__params_defaults(&w->p);
+	random_params(w);
+	w->h = md__host_new(&w->p);
+	w->ne = 1 + (int)rn(MAXE);
+	static const uint32_t Ps[] = {1, 2, 4, 16};
+	for (int i = 0; i < w->ne; i++) {
+		struct mengine *e = &w->e[i];
+		e->id = 100 + (uint32_t)i * 7;
+		e->P = Ps[rn(4)];
+		e->cap = 8 + rn(MAXSLOTS - 7);
+		e->nseq = 1 + rn(MAXSEQ);
+		struct md__engine_opts o;
+		md__engine_opts_defaults(&o);
+		o.weight = 1.0 + rn(3);
+		if (rn(4) == 0)
+			o.budget_engine_pages = rn(12);
+		if (rn(4) == 0)
+			o.budget_sequence_tokens = rn(30);
+		ck_assert_int_eq(md__host_engine_add(w->h, e->id, e->P, e->cap, e->nseq, &o), 0);
+	}
+}
+
+static int mirror_pinned(const struct world *w, const struct mpage *m)
+{
+	for (unsigned k = 0; k < m->n; k++)
+		if ((w->p.pinned_mask >> md_label_get(m->labels, k)) & 1u)
+			return 1;
+	return 0;
+}
+
+/* rank of a live page among its sequence's live pages, newest = 0 */
+static uint32_t mirror_rank(const struct mengine *e, const struct mpage *m)
+{
+	uint32_t r = 0;
+	for (uint32_t s = 0; s < e->cap; s++)
+		if (e->pg[s].state == 1 && e->pg[s].seq == m->seq && e->pg[s].first_pos > m->first_pos)
+			r++;
+	return r;
+}
+
+static uint64_t labels_random(const struct world *w, uint32_t n)
+{
+	uint64_t l = 0;
+	unsigned base = rn(w->nregions);
+	for (unsigned k = 0; k < n; k++)
+		l = md_label_set(l, k, rn(3) ? base : rn(w->nregions));
+	return l;
+}
+
+static void op_random(struct world *w)
+{
+	struct mengine *e = &w->e[rn((uint32_t)w->ne)];
+	uint32_t q = rn(e->nseq);
+	uint32_t s = rn(e->cap);
+	struct mpage *m = &e->pg[s];
+	struct md_stats_rec r;
+	int rc;
+	switch (rn(12)) {
+	case 0:
+	case 1:
+	case 2: { /* open */
+		if (m->state != 0)
+			return;
+		r = rec(MD_REC_PAGE_OPEN);
+		r.slot = s;
+		r.gen = m->gen + 1;
+		r.seq = q;
+		r.clock = e->clock[q] + rn(3);
+		r.u.page.first_pos = e->next_pos[q] + (rn(5) == 0 ? e->P : 0);
+		r.u.page.n_tokens = (uint16_t)(1 + rn(e->P));
+		r.u.page.labels = labels_random(w, r.u.page.n_tokens);
+		rc = md__host_ingest(w->h, e->id, &r);
+		ck_assert_int_eq(rc, 0);
+		*m = (struct mpage){1, r.gen, q, r.u.page.n_tokens, r.u.page.first_pos, r.u.page.labels};
+		e->next_pos[q] = r.u.page.first_pos + e->P;
+		if (r.clock > e->clock[q])
+			e->clock[q] = r.clock;
+		return;
+	}
+	case 3: /* grow */
+		if (m->state != 1 || m->n >= e->P)
+			return;
+		r = rec(MD_REC_PAGE_GROW);
+		r.slot = s;
+		r.gen = m->gen;
+		r.clock = e->clock[m->seq] + rn(2);
+		r.u.page.n_tokens = (uint16_t)(m->n + 1 + rn(e->P - m->n));
+		r.u.page.labels = m->labels | (labels_random(w, 16) & ~((1ULL << (4 * m->n)) - 1));
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		m->labels = r.u.page.labels & (r.u.page.n_tokens >= 16 ? ~0ULL
+					       : ((1ULL << (4 * r.u.page.n_tokens)) - 1));
+		m->n = r.u.page.n_tokens;
+		if (r.clock > e->clock[m->seq])
+			e->clock[m->seq] = r.clock;
+		return;
+	case 4: /* step */
+		r = rec(MD_REC_STEP);
+		r.seq = q;
+		r.clock = e->clock[q] + rn(6);
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		e->clock[q] = r.clock;
+		return;
+	case 5:
+	case 6: { /* attention to a page */
+		if (m->state == 0)
+			return;
+		static const float masses[] = {0, 0.25f, 0.5f, 1.0f, 2.0f};
+		r = rec(MD_REC_ATTN_PAGE);
+		r.slot = s;
+		r.gen = m->gen;
+		r.u.attn_page.mass = masses[rn(5)];
+		r.u.attn_page.refresh = (uint16_t)(rn(2) ? 0 : rnd());
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		return;
+	}
+	case 7: { /* attention per token */
+		if (m->state == 0)
+			return;
+		r = rec(MD_REC_ATTN_TOKENS);
+		r.slot = s;
+		r.gen = m->gen;
+		r.token0 = (uint8_t)rn(m->n);
+		uint32_t maxc = m->n - r.token0;
+		r.count = (uint8_t)(1 + rn(maxc < 8 ? maxc : 8));
+		for (unsigned i = 0; i < r.count; i++)
+			r.u.attn_tokens.mass[i] = (float)rn(5) * 0.0625f;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		return;
+	}
+	case 8: { /* relabel a span */
+		r = rec(MD_REC_RELABEL);
+		r.seq = q;
+		r.u.relabel.pos0 = rn((uint32_t)e->next_pos[q] + 1);
+		r.u.relabel.pos1 = r.u.relabel.pos0 + 1 + rn(3 * e->P);
+		r.u.relabel.region = rn(w->nregions);
+		rc = md__host_ingest(w->h, e->id, &r);
+		ck_assert(rc == 0 || rc == -MD__REJ_SPAN);
+		int hit = 0;
+		for (uint32_t t = 0; t < e->cap; t++) {
+			struct mpage *x = &e->pg[t];
+			if (x->state != 1 || x->seq != q)
+				continue;
+			for (unsigned k = 0; k < x->n; k++) {
+				uint64_t pos = x->first_pos + k;
+				if (pos >= r.u.relabel.pos0 && pos < r.u.relabel.pos1) {
+					x->labels = md_label_set(x->labels, k, r.u.relabel.region);
+					hit = 1;
+				}
+			}
+		}
+		ck_assert_int_eq(rc, hit ? 0 : -MD__REJ_SPAN);
+		return;
+	}
+	case 9: /* engine applies an eviction, or frees a page on its own */
+		if (m->state == 0 || (m->state == 1 && rn(4)))
+			return;
+		r = rec(MD_REC_PAGE_FREE);
+		r.slot = s;
+		r.gen = m->gen;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		m->state = 0;
+		return;
+	case 10: /* sequence end (rare) */
+		if (rn(6))
+			return;
+		r = rec(MD_REC_SEQ_END);
+		r.seq = q;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		for (uint32_t t = 0; t < e->cap; t++)
+			if (e->pg[t].state && e->pg[t].seq == q)
+				e->pg[t].state = 0;
+		e->clock[q] = 0;
+		return;
+	case 11: /* parameter change between decisions */
+		if (rn(8))
+			return;
+		if (rn(2)) {
+			random_params(w);
+			/* keep labels known: never drop the extra name once used */
+			snprintf(w->p.region_name[8], MD__REGION_NAME_MAX, "code");
+			w->nregions = 9;
+			md__host_set_params(w->h, &w->p);
+		} else {
+			struct md__engine_opts o;
+			md__engine_opts_defaults(&o);
+			o.budget_engine_pages = rn(2) ? -1 : (int64_t)rn(15);
+			o.weight = 1.0 + rn(4);
+			ck_assert_int_eq(md__host_engine_set_opts(w->h, e->id, &o), 0);
+		}
+		return;
+	}
+}
+
+/* one decision compared with the oracle; returns decisions made */
+static size_t check_decision(struct world *w)
+{
+	struct md__decision want[256], got[256];
+	size_t cap = rn(3) ? 256 : 1 + rn(4);
+	size_t nw = md__oracle_decide(w->h, want, cap);
+	size_t ng = md__host_decide(w->h, got, cap);
+	ck_assert_uint_eq(ng, nw);
+	for (size_t i = 0; i < ng; i++) {
+		ck_assert_msg(memcmp(&want[i], &got[i], sizeof got[i]) == 0,
+			      "decision %zu: oracle (e%u s%u slot %u g%u r%u) index (e%u s%u slot %u g%u r%u)",
+			      i, want[i].engine_id, want[i].seq, want[i].slot, want[i].gen, want[i].reason,
+			      got[i].engine_id, got[i].seq, got[i].slot, got[i].gen, got[i].reason);
+	}
+	for (size_t i = 0; i < ng; i++) {
+		struct mengine *e = NULL;
+		for (int j = 0; j < w->ne; j++)
+			if (w->e[j].id == got[i].engine_id)
+				e = &w->e[j];
+		ck_assert_ptr_nonnull(e);
+		struct mpage *m = &e->pg[got[i].slot];
+		ck_assert_int_eq(m->state, 1);
+		ck_assert_uint_eq(m->gen, got[i].gen);
+		ck_assert_msg(!mirror_pinned(w, m), "pinned page evicted");
+		ck_assert_msg(mirror_rank(e, m) >= 1 + w->p.protect_recent, "protected page evicted");
+	}
+	for (size_t i = 0; i < ng; i++) /* after the checks: ranks use pre-decision state */
+		for (int j = 0; j < w->ne; j++)
+			if (w->e[j].id == got[i].engine_id)
+				w->e[j].pg[got[i].slot].state = 2;
+	for (int j = 0; j < w->ne; j++) {
+		struct md__engine_stats st;
+		ck_assert_int_eq(md__host_engine_stats(w->h, w->e[j].id, &st), 0);
+		uint64_t live = 0, ev = 0;
+		for (uint32_t s = 0; s < w->e[j].cap; s++) {
+			live += w->e[j].pg[s].state == 1;
+			ev += w->e[j].pg[s].state == 2;
+		}
+		ck_assert_uint_eq(st.pages_live, live);
+		ck_assert_uint_eq(st.pages_evicting, ev);
+	}
+	return ng;
+}
+
+static void fuzz_policy(int policy, uint64_t seed)
+{
+	rng_state = seed;
+	unsigned cases = 0;
+	uint64_t evictions = 0;
+	while (cases < 10000) {
+		struct world w;
+		world_new(&w, policy);
+		for (int it = 0; it < 400 && cases < 10000; it++) {
+			op_random(&w);
+			if (rn(5) == 0) {
+				evictions += check_decision(&w);
+				cases++;
+			}
+		}
+		md__host_free(w.h);
+	}
+	/* the cases must actually evict */
+	ck_assert_msg(evictions > 2000, "only %llu evictions", (unsigned long long)evictions);
+}
+
+START_TEST(test_oracle_memdecay) { fuzz_policy(MD_POLICY_MEMDECAY, 1); }
+END_TEST
+START_TEST(test_oracle_memdecay_norm) { fuzz_policy(MD_POLICY_MEMDECAY_NORM, 2); }
+END_TEST
+START_TEST(test_oracle_h2o) { fuzz_policy(MD_POLICY_H2O, 3); }
+END_TEST
+START_TEST(test_oracle_recency) { fuzz_policy(MD_POLICY_RECENCY, 4); }
+END_TEST
+START_TEST(test_oracle_random) { fuzz_policy(MD_POLICY_RANDOM, 5); }
+END_TEST
+
+/* many sequences and pages: the branch and bound across heaps */
+static void large_case(int policy)
+{
+	rng_state = 99 + (uint64_t)policy;
+	struct md__params p;
+	md__params_defaults(&p);
+	p.policy = (uint32_t)policy;
+	struct md__host *h = md__host_new(&p);
+	const uint32_t cap = 20000, nseq = 64, P = 16;
+	ck_assert_int_eq(md__host_engine_add(h, 1, P, cap, nseq, NULL), 0);
+	uint64_t pos[64] = {0};
+	for (uint32_t s = 0; s < cap; s++) {
+		struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
+		r.slot = s;
+		r.seq = rn(nseq);
+		r.clock = pos[r.seq];
+		r.u.page.first_pos = pos[r.seq];
+		r.u.page.n_tokens = (uint16_t)P;
+		unsigned reg = 1 + rn(7);
+		for (unsigned k = 0; k < P; k++)
+			r.u.page.labels = md_label_set(r.u.page.labels, k, reg);
+		pos[r.seq] += P;
+		ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	}
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 20000; i++) {
+			struct md_stats_rec r = rec(MD_REC_ATTN_PAGE);
+			r.slot = rn(cap);
+			r.u.attn_page.mass = (float)rn(1000) / 500.0f;
+			r.u.attn_page.refresh = (uint16_t)(rn(8) == 0 ? rnd() : 0);
+			int rc = md__host_ingest(h, 1, &r);
+			ck_assert(rc == 0 || rc == -MD__REJ_STATE); /* freed by an earlier round */
+		}
+		for (uint32_t q = 0; q < nseq; q++) {
+			struct md_stats_rec r = rec(MD_REC_STEP);
+			r.seq = q;
+			r.clock = pos[q] + (uint64_t)round * 10;
+			ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+		}
+		struct md__params np = p;
+		np.budget_engine_pages = cap - 50 * (uint64_t)(round + 1);
+		md__host_set_params(h, &np);
+		struct md__decision want[64], got[64];
+		size_t nw = md__oracle_decide(h, want, 64);
+		size_t ng = md__host_decide(h, got, 64);
+		ck_assert_uint_eq(nw, 50);
+		ck_assert_uint_eq(ng, nw);
+		ck_assert_int_eq(memcmp(want, got, ng * sizeof got[0]), 0);
+		for (size_t i = 0; i < ng; i++) {
+			struct md_stats_rec r = rec(MD_REC_PAGE_FREE);
+			r.slot = got[i].slot;
+			r.gen = got[i].gen;
+			ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+		}
+	}
+	md__host_free(h);
+}
+
+START_TEST(test_oracle_large)
+{
+	for (int pol = 0; pol < (int)MD_POLICY_COUNT; pol++)
+		large_case(pol);
+}
+END_TEST
+
+/* ---- deterministic behaviour ---- */
+
+static struct md__host *small_host(struct md__params *p, uint32_t P, uint32_t cap, uint32_t seqs)
+{
+	struct md__host *h = md__host_new(p);
+	ck_assert_int_eq(md__host_engine_add(h, 1, P, cap, seqs, NULL), 0);
+	return h;
+}
+
+static int open_n(struct md__host *h, uint32_t slot, uint32_t gen, uint32_t seq, uint64_t fp,
+		  uint32_t n, unsigned region, uint64_t clock)
+{
+	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
+	r.slot = slot;
+	r.gen = gen;
+	r.seq = seq;
+	r.clock = clock;
+	r.u.page.first_pos = fp;
+	r.u.page.n_tokens = (uint16_t)n;
+	for (unsigned k = 0; k < n; k++)
+		r.u.page.labels = md_label_set(r.u.page.labels, k, region);
+	return md__host_ingest(h, 1, &r);
+}
+
+START_TEST(test_reject_bad_records)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	struct md__host *h = small_host(&p, 4, 8, 2);
+	ck_assert_int_eq(open_n(h, 0, 5, 0, 0, 4, MD_REGION_USER, 10), 0);
+	ck_assert_int_eq(open_n(h, 0, 6, 0, 8, 4, MD_REGION_USER, 10), -MD__REJ_STATE);
+	ck_assert_int_eq(open_n(h, 8, 1, 0, 8, 4, MD_REGION_USER, 10), -MD__REJ_SLOT);
+	ck_assert_int_eq(open_n(h, 1, 1, 2, 8, 4, MD_REGION_USER, 10), -MD__REJ_SEQ);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 8, 0, MD_REGION_USER, 10), -MD__REJ_TOKENS);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 8, 5, MD_REGION_USER, 10), -MD__REJ_TOKENS);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 8, 4, 9, 10), -MD__REJ_REGION);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 2, 4, MD_REGION_USER, 10), -MD__REJ_POS);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 4, 4, MD_REGION_USER, 10), 0);
+
+	struct md_stats_rec r = rec(MD_REC_ATTN_PAGE);
+	r.slot = 0;
+	r.gen = 5;
+	const float bad[] = {NAN, INFINITY, -INFINITY, -0.5f, 1e9f};
+	for (int i = 0; i < 5; i++) {
+		r.u.attn_page.mass = bad[i];
+		ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_MASS);
+	}
+	r.u.attn_page.mass = 0.5f;
+	r.gen = 4;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_GEN);
+	r.gen = 5;
+	r.slot = 100;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_SLOT);
+	r.slot = 3;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_STATE);
+
+	r = rec(MD_REC_ATTN_TOKENS);
+	r.slot = 0;
+	r.gen = 5;
+	r.token0 = 2;
+	r.count = 3; /* 2 + 3 > 4 tokens */
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_TOKENS);
+	r.count = 0;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_TOKENS);
+	r.count = 2;
+	r.u.attn_tokens.mass[1] = NAN;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_MASS);
+
+	r = rec(MD_REC_STEP);
+	r.seq = 0;
+	r.clock = 20;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	r.clock = 19;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_CLOCK);
+	r.seq = 7;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_SEQ);
+
+	r = rec(MD_REC_PAGE_GROW);
+	r.slot = 1;
+	r.gen = 1;
+	r.u.page.n_tokens = 4; /* not an increase */
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_TOKENS);
+
+	r = rec(MD_REC_RELABEL);
+	r.seq = 0;
+	r.u.relabel.pos0 = 5;
+	r.u.relabel.pos1 = 5;
+	r.u.relabel.region = MD_REGION_PLAN;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_SPAN);
+	r.u.relabel.pos0 = 100;
+	r.u.relabel.pos1 = 200;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_SPAN);
+	r.u.relabel.pos0 = 0;
+	r.u.relabel.region = 12;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_REGION);
+
+	r = rec(MD_REC_PAGE_FREE);
+	r.slot = 0;
+	r.gen = 9;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_GEN);
+	r = rec(77);
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_TYPE);
+	ck_assert_int_lt(md__host_ingest(h, 999, &r), 0); /* unknown engine */
+
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.rejected[MD__REJ_MASS], 6);
+	ck_assert_uint_eq(st.rejected[MD__REJ_GEN], 2);
+	ck_assert_uint_eq(st.rejected[MD__REJ_CLOCK], 1);
+	ck_assert_uint_eq(st.rejected[MD__REJ_TOKENS], 5);
+	ck_assert_uint_eq(st.rejected[MD__REJ_SPAN], 2);
+	ck_assert_uint_eq(st.pages_live, 2);
+	ck_assert_uint_eq(st.tokens_live, 8);
+	ck_assert_str_eq(md__reject_name(-MD__REJ_GEN), "generation");
+	md__host_free(h);
+}
+END_TEST
+
+START_TEST(test_never_pinned_or_protected)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 2;
+	p.budget_engine_pages = 1; /* far below what can be evicted */
+	md__params_set(&p, "memdecay.region.plan.pinned", "true", NULL, 0);
+	struct md__host *h = small_host(&p, 2, 16, 1);
+	/* 0: system, 1: plan, 2,3: scratchpad, 4..6: newest (tail + 2) */
+	unsigned regions[7] = {MD_REGION_SYSTEM, MD_REGION_PLAN, MD_REGION_SCRATCHPAD,
+			       MD_REGION_SCRATCHPAD, MD_REGION_USER, MD_REGION_USER, MD_REGION_USER};
+	for (uint32_t s = 0; s < 7; s++)
+		ck_assert_int_eq(open_n(h, s, 0, 0, 2 * s, 2, regions[s], 0), 0);
+	/* a single pinned token pins the whole page */
+	struct md_stats_rec r = rec(MD_REC_RELABEL);
+	r.seq = 0;
+	r.u.relabel.pos0 = 5;
+	r.u.relabel.pos1 = 6;
+	r.u.relabel.region = MD_REGION_SYSTEM;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	struct md__decision d[16];
+	size_t n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 1); /* only slot 3 is evictable; then stop, do not loop */
+	ck_assert_uint_eq(d[0].slot, 3);
+	ck_assert_uint_eq(md__host_decide(h, d, 16), 0);
+	md__host_free(h);
+}
+END_TEST
+
+START_TEST(test_budgets_and_watermark)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.budget_sequence_tokens = 20;
+	p.low_watermark = 0.5;
+	struct md__host *h = small_host(&p, 4, 64, 2);
+	for (uint32_t s = 0; s < 6; s++) /* seq 0: 24 tokens > 20 */
+		ck_assert_int_eq(open_n(h, s, 0, 0, 4 * s, 4, MD_REGION_USER, 0), 0);
+	for (uint32_t s = 0; s < 5; s++) /* seq 1: 20 tokens, at budget */
+		ck_assert_int_eq(open_n(h, 10 + s, 0, 1, 4 * s, 4, MD_REGION_USER, 0), 0);
+	struct md__decision d[16];
+	size_t n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 4); /* down to floor(0.5*20) = 10 tokens: 24 -> 8 */
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(d[i].seq, 0);
+		ck_assert_uint_eq(d[i].slot, i); /* equal scores: oldest first */
+		ck_assert_uint_eq(d[i].reason, MD_EVICT_SEQUENCE_BUDGET);
+	}
+	/* global budget shared by weight: engine 2 gets floor(30 * 1/3) = 10 pages */
+	p.budget_sequence_tokens = 0;
+	p.low_watermark = 1.0;
+	p.budget_global_pages = 30;
+	md__host_set_params(h, &p);
+	struct md__engine_opts o;
+	md__engine_opts_defaults(&o);
+	o.weight = 2.0;
+	ck_assert_int_eq(md__host_engine_set_opts(h, 1, &o), 0);
+	o.weight = 1.0;
+	ck_assert_int_eq(md__host_engine_add(h, 2, 1, 32, 1, &o), 0);
+	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
+	for (uint32_t s = 0; s < 13; s++) {
+		r.slot = s;
+		r.u.page.first_pos = s;
+		r.u.page.n_tokens = 1;
+		r.u.page.labels = MD_REGION_USER;
+		ck_assert_int_eq(md__host_ingest(h, 2, &r), 0);
+	}
+	n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(d[i].engine_id, 2);
+		ck_assert_uint_eq(d[i].reason, MD_EVICT_GLOBAL_BUDGET);
+	}
+	struct md__engine_stats st;
+	md__host_engine_stats(h, 2, &st);
+	ck_assert_uint_eq(st.budget_engine_pages, 10);
+	md__host_free(h);
+}
+END_TEST
+
+START_TEST(test_evicting_state_and_cap)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.budget_engine_pages = 2;
+	struct md__host *h = small_host(&p, 1, 16, 1);
+	for (uint32_t s = 0; s < 8; s++)
+		ck_assert_int_eq(open_n(h, s, 3, 0, s, 1, MD_REGION_USER, 0), 0);
+	struct md__decision d[8];
+	ck_assert_uint_eq(md__host_decide(h, d, 4), 4); /* cap reached: call again */
+	ck_assert_uint_eq(md__host_decide(h, d + 4, 4), 2);
+	for (uint32_t i = 0; i < 6; i++)
+		ck_assert_uint_eq(d[i].slot, i);
+	ck_assert_uint_eq(md__host_decide(h, d, 4), 0);
+	/* evicting pages accept attention silently and are completed by PAGE_FREE */
+	struct md_stats_rec r = rec(MD_REC_ATTN_PAGE);
+	r.slot = 0;
+	r.gen = 3;
+	r.u.attn_page.mass = 1.0f;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	r = rec(MD_REC_PAGE_FREE);
+	r.slot = 0;
+	r.gen = 3;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), -MD__REJ_STATE); /* no double free */
+	struct md__engine_stats st;
+	md__host_engine_stats(h, 1, &st);
+	ck_assert_uint_eq(st.pages_evicting, 5);
+	ck_assert_uint_eq(st.pages_live, 2);
+	/* the slot can be reopened with a new generation */
+	ck_assert_int_eq(open_n(h, 0, 4, 0, 100, 1, MD_REGION_USER, 0), 0);
+	md__host_free(h);
+}
+END_TEST
+
+START_TEST(test_resync_keeps_state)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.policy = MD_POLICY_H2O;
+	p.protect_recent = 0;
+	struct md__host *h = small_host(&p, 2, 8, 1);
+	ck_assert_int_eq(open_n(h, 0, 1, 0, 0, 2, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(open_n(h, 1, 1, 0, 2, 2, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(open_n(h, 2, 1, 0, 4, 2, MD_REGION_USER, 0), 0);
+	struct md_stats_rec r = rec(MD_REC_ATTN_PAGE);
+	r.slot = 0;
+	r.gen = 1;
+	r.u.attn_page.mass = 1.5f;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	/* table: slot 0 unchanged, slot 1 reused (gen 2), slot 2 gone, slot 3 new */
+	struct md_page_entry t[4];
+	memset(t, 0, sizeof t);
+	t[0] = (struct md_page_entry){.generation = 1, .seq = 0, .n_tokens = 2,
+				      .state = MD_PAGE_LIVE, .first_pos = 0,
+				      .labels = 0x22};
+	t[1] = t[0];
+	t[1].generation = 2;
+	t[1].first_pos = 2;
+	t[3] = t[0];
+	t[3].first_pos = 6;
+	t[3].generation = 7;
+	md__host_resync_begin(h, 1);
+	ck_assert_int_eq(md__host_resync_seq_clock(h, 1, 0, 5), 0);
+	for (uint32_t s = 0; s < 4; s++)
+		ck_assert_int_eq(md__host_resync_page(h, 1, s, &t[s]), 0);
+	struct md_page_entry bad = t[0];
+	bad.n_tokens = 9;
+	ck_assert_int_eq(md__host_resync_page(h, 1, 4, &bad), -MD__REJ_TOKENS);
+	md__host_resync_end(h, 1);
+	struct md__top_entry top[4];
+	size_t n = md__host_top(h, 1, top, 4);
+	ck_assert_uint_eq(n, 2); /* slots 0 and 1; slot 3 is the tail */
+	ck_assert_uint_eq(top[0].slot, 1);
+	ck_assert_double_eq(top[0].score, 0.0);
+	ck_assert_uint_eq(top[1].slot, 0);
+	ck_assert_double_eq(top[1].score, 1.5); /* attention state survived */
+	ck_assert_uint_eq(top[0].gen, 2);
+	md__host_free(h);
+}
+END_TEST
+
+START_TEST(test_policy_change_next_decision)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.budget_engine_pages = 3;
+	struct md__host *h = small_host(&p, 1, 8, 1);
+	/* scratchpad oldest-position-last: memdecay evicts it, recency evicts pos 0.. */
+	ck_assert_int_eq(open_n(h, 0, 0, 0, 10, 1, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(open_n(h, 1, 0, 0, 11, 1, MD_REGION_SCRATCHPAD, 0), 0);
+	ck_assert_int_eq(open_n(h, 2, 0, 0, 12, 1, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(open_n(h, 3, 0, 0, 13, 1, MD_REGION_USER, 0), 0);
+	struct md_stats_rec r = rec(MD_REC_STEP);
+	r.clock = 10;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	p.policy = MD_POLICY_RECENCY;
+	md__host_set_params(h, &p);
+	struct md__decision d[2];
+	ck_assert_uint_eq(md__host_decide(h, d, 2), 1);
+	ck_assert_uint_eq(d[0].slot, 0);
+	p.policy = MD_POLICY_MEMDECAY;
+	p.budget_engine_pages = 2;
+	md__host_set_params(h, &p);
+	ck_assert_uint_eq(md__host_decide(h, d, 2), 1);
+	ck_assert_uint_eq(d[0].slot, 1);
+	md__host_free(h);
+}
+END_TEST
+
+static Suite *index_suite(void)
+{
+	Suite *s = suite_create("index");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, test_reject_bad_records);
+	tcase_add_test(tc, test_never_pinned_or_protected);
+	tcase_add_test(tc, test_budgets_and_watermark);
+	tcase_add_test(tc, test_evicting_state_and_cap);
+	tcase_add_test(tc, test_resync_keeps_state);
+	tcase_add_test(tc, test_policy_change_next_decision);
+	tcase_add_test(tc, test_oracle_memdecay);
+	tcase_add_test(tc, test_oracle_memdecay_norm);
+	tcase_add_test(tc, test_oracle_h2o);
+	tcase_add_test(tc, test_oracle_recency);
+	tcase_add_test(tc, test_oracle_random);
+	tcase_add_test(tc, test_oracle_large);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(index_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -47,6 +47,8 @@ KEYS = {
                "pallet count", "trailer number", "budget limit", "bay number", "unit price",
                "case number", "flight number", "weight limit", "box count", "lane number",
                "cabinet number", "batch size"],
+    "word": ["password", "project name", "safe word", "product name", "team mascot",
+             "radio call sign", "campaign name", "boat name", "server name", "menu item"],
     "place": ["backup warehouse", "meeting city", "origin port", "destination depot",
               "transfer hub", "storage site", "pickup town", "return center"],
 }
@@ -59,13 +61,22 @@ LAST = ["Venn", "Marsh", "Okafor", "Lindqvist", "Brandt", "Castellan", "Pryce", 
         "Gallow", "Sutter", "Imhoff", "Quarles", "Rooke", "Delacroix", "Nakashima", "Thorne"]
 PLACES = ["Bellmere", "Quarrow", "Dunhollow", "Castorby", "Wexmoor", "Ravensfold", "Tillbury",
           "Marrowick", "Ostvale", "Pendrake", "Harlowe", "Kestrelton", "Voslin", "Ambergate"]
-CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ"  # no I, O: they read as digits
+# Codes are a spelling word and two digits: a 135M model copies whole word tokens far more
+# reliably than letter-digit jumbles (measured: "F5J-18" came back as "12A-12A").
+CODE_WORDS = ["ZULU", "KILO", "TANGO", "OSCAR", "DELTA", "VICTOR", "SIERRA", "ROMEO", "HOTEL",
+              "LIMA", "BRAVO", "ECHO", "FOXTROT", "INDIA", "JULIET", "MIKE", "PAPA", "QUEBEC",
+              "UNIFORM", "WHISKEY", "YANKEE", "XRAY", "GOLF", "NOVEMBER"]
+WORDS = ["marmalade", "lighthouse", "cinnamon", "porcupine", "velvet", "thunderbolt", "saffron",
+         "pelican", "quartz", "juniper", "walrus", "lantern", "meadowlark", "tamarind", "glacier",
+         "harpoon", "nutmeg", "sandpiper", "obsidian", "pinwheel", "buttercup", "kettledrum",
+         "mongoose", "parsnip"]
 
 
 def value_for(kind, rng):
     if kind == "code":
-        a = rng.choice(CODE_LETTERS) + str(rng.randint(2, 9)) + rng.choice(CODE_LETTERS)
-        return f"{a}-{rng.randint(10, 99)}"
+        return f"{rng.choice(CODE_WORDS)}-{rng.randint(10, 99)}"
+    if kind == "word":
+        return rng.choice(WORDS)
     if kind == "name":
         return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     if kind == "number":
@@ -75,9 +86,10 @@ def value_for(kind, rng):
 
 # Region wrappers: how a fact "The <key> is <value>." sits in each kind of message.  Facts are kept
 # short and stated in the same words the probe asks with, so that a 135M model can copy them.
-FACT_SENTENCE = "The {key} is {value}."
-QUESTION = {"name": "Who is the {key}?", "code": "What is the {key}?",
-            "number": "What is the {key}?", "place": "What is the {key}?"}
+# Names get "'s name" on both sides: asked "Who is the pilot?", the model defines the word.
+FACT_SENTENCE = {"name": "The {key}'s name is {value}."}
+QUESTION = {"name": "What is the {key}'s name?"}
+FACT_DEFAULT, QUESTION_DEFAULT = "The {key} is {value}.", "What is the {key}?"
 # Distractors carry values of the same kinds in other frames (never "The <key> is …"), so a probe
 # cannot be answered from them, but the model has to pick the right value out of several.
 DISTRACTORS = ["{name} visited the {place} office last spring.",
@@ -87,17 +99,17 @@ DISTRACTORS = ["{name} visited the {place} office last spring.",
 
 FILLER = {
     "user": ["Thanks for the quick help earlier.", "The customer called again this morning.",
-             "We are a bit behind schedule this week.", "Please keep the answer short.",
+             "We are a bit behind schedule this week.", 
              "Our team meets on Thursdays.", "The weather delayed two trucks yesterday.",
              "I am working from the north office today.", "My manager asked for an update.",
              "This is for the quarterly review.", "Sorry for the long message."],
     "assistant": ["I can help with that.", "Let me check the records.", "That is noted.",
-                  "I will keep you updated.", "Everything else looks in order.",
+                  "Everything else looks in order.",
                   "The request is complete.", "Tell me if anything else comes up.",
                   "I checked the latest entries."],
     "scratchpad": ["Check the request against the records.", "Nothing unusual so far.",
                    "The numbers need to match the order.", "Next, confirm the details.",
-                   "The user wants a short answer.", "The tool result looks consistent."],
+                   "The tool result looks consistent."],
     "tool_out": ["status: ok.", "source: records database.", "latency_ms: 41.",
                  "records_found: 3.", "cache: miss.", "format: text."],
     "retrieval": ["This document describes standard handling procedures.",
@@ -157,8 +169,8 @@ class Trace:
         key, k = self.take_key(kind)
         value = self.new_value(k)
         fact = {"region": region, "key": key, "kind": k, "answer": value,
-                "question": QUESTION[k].format(key=key),
-                "sentence": FACT_SENTENCE.format(key=key, value=value)}
+                "question": QUESTION.get(k, QUESTION_DEFAULT).format(key=key),
+                "sentence": FACT_SENTENCE.get(k, FACT_DEFAULT).format(key=key, value=value)}
         self.facts.append(fact)
         return fact
 

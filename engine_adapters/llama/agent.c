@@ -215,7 +215,7 @@ static int daemon_start(const struct opts *o, struct daemon *d)
 			FILE *f = freopen("/dev/null", "w", stderr);
 			(void)f;
 		}
-		execl(path, path, "--socket", d->sock, (char *)NULL);
+		execl(path, path, "--socket", d->sock, "--foreground", "--log-level", "warn", (char *)NULL);
 		_exit(127);
 	}
 	d->pid = pid;

@@ -204,9 +204,11 @@ static int md__page_register(md_llama *a, uint32_t p)
 {
 	struct md__page *pg = &a->pages[p];
 	uint32_t slot, gen;
+	/* Detached, libmemdecay still takes the page into its mirror (and hands
+	 * it to the next daemon on reattach): MD_EDETACHED comes with a slot. */
 	int rc = md_page_open(a->client, (uint32_t)pg->seq, (uint64_t)pg->first_pos,
 			      pg->n_tokens, pg->labels, &slot, &gen);
-	if (rc < 0)
+	if (rc < 0 && rc != MD_EDETACHED)
 		return rc;
 	if (slot >= a->page_cap) {
 		/* The client's slot space is sized by us; anything else is a bug there. */
@@ -433,7 +435,7 @@ static int md__evict(md_llama *a, uint32_t p, int by_daemon)
 	a->st.evictions++;
 	a->st.evicted_tokens += pg->n_tokens;
 	a->st.evictions_by_region[md__region_majority(pg->labels, pg->n_tokens)]++;
-	if (pg->registered && a->attached)
+	if (pg->registered && a->client)
 		md_page_free(a->client, pg->slot, by_daemon ? MD_FREE_EVICTED : MD_FREE_FINISHED);
 	md__page_release(a, p);
 	return 0;
@@ -541,10 +543,10 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 				/* long prefill: flush what we have so far */
 				for (uint32_t j = 0; j < n_touched; j++) {
 					struct md__page *q = &a->pages[touched[j]];
-					if (a->attached && q->registered && q->dirty) {
+					if (a->client && q->registered && q->dirty) {
 						md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
 						q->dirty = 0;
-					} else if (a->attached && !q->registered) {
+					} else if (a->client && !q->registered) {
 						md__page_register(a, (uint32_t)touched[j]);
 					}
 				}
@@ -553,7 +555,7 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 			touched[n_touched++] = p;
 		}
 	}
-	if (!a->attached)
+	if (!a->client)
 		return 0;
 	for (uint32_t j = 0; j < n_touched; j++) {
 		struct md__page *q = &a->pages[touched[j]];
@@ -788,13 +790,14 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 			a->st.peak_live_tokens = s->live_tokens;
 		a->live_weighted_sum += (double)s->live_tokens * n;
 		a->live_weight += n;
-		if (a->attached) {
+		if (a->client)
 			md_seq_step(a->client, (uint32_t)seq, n);
-			if (a->cfg.capture_attention)
-				md__publish_attention(a, seq);
-		}
+		if (a->attached && a->cfg.capture_attention)
+			md__publish_attention(a, seq);
+		/* Commands wait for the tracked sequence's own step: a probe copy
+		 * shares its cells and must not see them vanish. */
+		md_llama_step(a);
 	}
-	md_llama_step(a);
 	return 0;
 }
 
@@ -874,11 +877,11 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 			int32_t p = s->page_of[i];
 			if (p < 0)
 				continue;
-			if (a->pages[p].registered && a->attached)
+			if (a->pages[p].registered && a->client)
 				md_page_free(a->client, a->pages[p].slot, MD_FREE_FINISHED);
 			md__page_release(a, (uint32_t)p);
 		}
-		if (a->attached)
+		if (a->client)
 			md_seq_end(a->client, (uint32_t)seq);
 		s->live_tokens = 0;
 	}

@@ -348,30 +348,28 @@ static void note_occupancy(uint64_t budget)
 		st.over_budget_max_pages = occupancy - budget;
 }
 
-/* Before opening a page: at budget + 1, wait (bounded) for the daemon. */
+/* Before opening a page: at budget + 1, wait (bounded) for the daemon; a
+ * daemon found dead meanwhile hands over to the local fallback. */
 static void make_room(const struct md_params_view *pv)
 {
 	uint64_t budget = budget_pages(pv);
 	if (!budget || occupancy < budget + 1)
 		return;
-	if (!md_client_attached(cl)) {
-		if (o.fallback)
-			while (occupancy >= budget + 1 && local_evict(pv))
-				;
-		return;
-	}
 	uint64_t deadline = now_ns() + (uint64_t)o.wait_ms * 1000000u;
 	while (occupancy >= budget + 1 && md_client_attached(cl)) {
 		uint64_t t = now_ns();
 		if (t >= deadline) {
 			st.wait_timeouts++;
-			break;
+			return;
 		}
 		int left = (int)((deadline - t) / 1000000u) + 1;
-		(void)md_wait_commands(cl, left);
+		(void)md_wait_commands(cl, left > 20 ? 20 : left);
 		apply_commands(pv);
 		md_client_check(cl, o.hb_timeout_ms);
 	}
+	if (!md_client_attached(cl) && o.fallback)
+		while (occupancy >= budget + 1 && local_evict(pv))
+			;
 }
 
 static void restart_seq(uint32_t q)

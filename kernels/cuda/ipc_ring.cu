@@ -28,6 +28,7 @@ struct mdk_cuda_ring {
 	uint64_t tail;
 	uint64_t dropped;
 	cudaEvent_t event;         /* interprocess */
+	cudaEvent_t head_event;    /* completes when head_seen is fresh */
 	cudaIpcMemHandle_t mem_handle;
 	cudaIpcEventHandle_t event_handle;
 };
@@ -95,6 +96,9 @@ extern "C" int mdk_cuda_ring_create(struct mdk_cuda_ring **out, uint32_t capacit
 	if ((rc = md__cuda_check(cudaEventCreateWithFlags(&r->event, cudaEventDisableTiming |
 							  cudaEventInterprocess),
 				 "cudaEventCreate interprocess")) ||
+	    (rc = md__cuda_check(cudaEventCreateWithFlags(&r->head_event, cudaEventDisableTiming),
+				 "cudaEventCreate")) ||
+	    (rc = md__cuda_check(cudaEventRecord(r->head_event, 0), "cudaEventRecord")) ||
 	    (rc = md__cuda_check(cudaIpcGetMemHandle(&r->mem_handle, r->dev),
 				 "cudaIpcGetMemHandle")) ||
 	    (rc = md__cuda_check(cudaIpcGetEventHandle(&r->event_handle, r->event),
@@ -140,34 +144,48 @@ extern "C" int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uin
 	uint32_t space = r->capacity - (uint32_t)used;
 	uint32_t take = n < space ? n : space;
 	r->dropped += n - take;
-	if (take == 0)
-		return 0;
-	const uint32_t mask = r->capacity - 1, rs = MDK_CUDA_RING_REC_SIZE;
-	uint32_t at = (uint32_t)(r->tail & mask);
-	uint32_t first = take < r->capacity - at ? take : r->capacity - at;
-	memcpy(r->mirror + (size_t)at * rs, recs, (size_t)first * rs);
-	memcpy(r->mirror, (const uint8_t *)recs + (size_t)first * rs, (size_t)(take - first) * rs);
-	char *data = r->dev + MDK_CUDA_RING_DATA_OFFSET;
-	int rc;
-	if ((rc = md__cuda_check(cudaMemcpyAsync(data + (size_t)at * rs, r->mirror + (size_t)at * rs,
-						 (size_t)first * rs, cudaMemcpyHostToDevice, st),
-				 "ring push copy")))
-		return rc;
-	if (take > first &&
-	    (rc = md__cuda_check(cudaMemcpyAsync(data, r->mirror, (size_t)(take - first) * rs,
-						 cudaMemcpyHostToDevice, st),
-				 "ring push copy (wrap)")))
-		return rc;
-	r->tail += take;
-	md__ring_store_u64<<<1, 1, 0, st>>>((uint64_t *)(r->dev + MDK_CUDA_RING_TAIL_OFFSET),
-					    r->tail);
-	if ((rc = md__cuda_check(cudaGetLastError(), "ring tail store")) ||
-	    (rc = md__cuda_check(cudaEventRecord(r->event, st), "ring event record")) ||
-	    (rc = md__cuda_check(cudaMemcpyAsync((void *)r->head_seen,
-						 r->dev + MDK_CUDA_RING_HEAD_OFFSET,
-						 sizeof(uint64_t), cudaMemcpyDeviceToHost, st),
-				 "ring head fetch")))
-		return rc;
+	int rc = 0;
+	if (take > 0) {
+		const uint32_t mask = r->capacity - 1, rs = MDK_CUDA_RING_REC_SIZE;
+		uint32_t at = (uint32_t)(r->tail & mask);
+		uint32_t first = take < r->capacity - at ? take : r->capacity - at;
+		memcpy(r->mirror + (size_t)at * rs, recs, (size_t)first * rs);
+		memcpy(r->mirror, (const uint8_t *)recs + (size_t)first * rs,
+		       (size_t)(take - first) * rs);
+		char *data = r->dev + MDK_CUDA_RING_DATA_OFFSET;
+		if ((rc = md__cuda_check(cudaMemcpyAsync(data + (size_t)at * rs,
+							 r->mirror + (size_t)at * rs,
+							 (size_t)first * rs,
+							 cudaMemcpyHostToDevice, st),
+					 "ring push copy")))
+			return rc;
+		if (take > first &&
+		    (rc = md__cuda_check(cudaMemcpyAsync(data, r->mirror,
+							 (size_t)(take - first) * rs,
+							 cudaMemcpyHostToDevice, st),
+					 "ring push copy (wrap)")))
+			return rc;
+		r->tail += take;
+		md__ring_store_u64<<<1, 1, 0, st>>>(
+			(uint64_t *)(r->dev + MDK_CUDA_RING_TAIL_OFFSET), r->tail);
+		cudaError_t e = cudaGetLastError();
+		if (e == cudaErrorNotReady) /* left by an earlier cudaEventQuery */
+			e = cudaSuccess;
+		if ((rc = md__cuda_check(e, "ring tail store")) ||
+		    (rc = md__cuda_check(cudaEventRecord(r->event, st), "ring event record")))
+			return rc;
+	}
+	/* Refresh our view of the head, at most one fetch in flight; a full ring
+	 * must keep fetching or it would stay full forever. */
+	if (cudaEventQuery(r->head_event) == cudaSuccess) {
+		if ((rc = md__cuda_check(cudaMemcpyAsync((void *)r->head_seen,
+							 r->dev + MDK_CUDA_RING_HEAD_OFFSET,
+							 sizeof(uint64_t), cudaMemcpyDeviceToHost,
+							 st),
+					 "ring head fetch")) ||
+		    (rc = md__cuda_check(cudaEventRecord(r->head_event, st), "ring head event")))
+			return rc;
+	}
 	return (int)take;
 }
 
@@ -183,6 +201,8 @@ extern "C" void mdk_cuda_ring_destroy(struct mdk_cuda_ring *r)
 	cudaDeviceSynchronize();
 	if (r->event)
 		cudaEventDestroy(r->event);
+	if (r->head_event)
+		cudaEventDestroy(r->head_event);
 	if (r->head_seen)
 		cudaFreeHost((void *)r->head_seen);
 	if (r->mirror)

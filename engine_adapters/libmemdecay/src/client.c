@@ -685,6 +685,19 @@ MD__EXPORT int md_relabel(md_client *c, uint32_t seq, uint64_t pos0, uint64_t po
 
 /* ---- attention ---- */
 
+/* Attention may use the ring only up to capacity - capacity/4: the rest is
+ * kept for lifecycle records, so overload drops attention first and turns
+ * into a resync only when even the reserve is gone. */
+static int attn_room(struct md_client *c, uint32_t nrec)
+{
+	struct md_ring_prod *r = &c->a.stats;
+	uint64_t limit = r->capacity - r->capacity / 4;
+	if (r->next - r->cached_head + nrec <= limit)
+		return 1;
+	r->cached_head = md_load_acquire(r->head);
+	return r->cached_head <= r->next && r->next - r->cached_head + nrec <= limit;
+}
+
 static int attn_dropped(struct md_client *c)
 {
 	struct md_engine_ctrl *ec = c->a.ectrl;
@@ -701,7 +714,7 @@ MD__EXPORT int md_attn_page(md_client *c, uint32_t slot, float mass, uint16_t re
 		return -EINVAL;
 	if (!c->attached)
 		return MD_EDETACHED;
-	struct md_stats_rec *r = rec_reserve(c);
+	struct md_stats_rec *r = attn_room(c, 1) ? rec_reserve(c) : NULL;
 	if (!r)
 		return attn_dropped(c);
 	const struct md_page_entry *m = &c->mirror[slot];
@@ -731,6 +744,8 @@ MD__EXPORT int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint
 		return MD_EDETACHED;
 	/* All records of the call or none: reserve them all, publish once. */
 	uint32_t nrec = (count + MD_ATTN_TOKENS_PER_REC - 1) / MD_ATTN_TOKENS_PER_REC;
+	if (!attn_room(c, nrec))
+		return attn_dropped(c);
 	for (uint32_t k = 0; k < nrec; k++) {
 		struct md_stats_rec *r = md_ring_reserve_at(&c->a.stats, k);
 		if (!r)

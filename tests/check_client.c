@@ -1,0 +1,804 @@
+/*
+ * check_client.c — libmemdecay against a fake daemon built in the test (a
+ * listening Unix socket, memfd segments, eventfds): attach and the records it
+ * publishes, validation of malformed replies and segments, commands (stale,
+ * torn, duplicate), overload, doorbells, liveness, fail-open, reattach, and
+ * no allocation on the publish/poll paths (malloc is wrapped at link time).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memdecay.h"
+#include "memdecay_ring.h"
+
+/* ---- allocation counter (-Wl,--wrap=malloc,calloc,realloc) ---- */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+static volatile long g_allocs;
+void *__wrap_malloc(size_t n) { g_allocs++; return __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { g_allocs++; return __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { g_allocs++; return __real_realloc(p, n); }
+
+/* ---- the fake daemon ---- */
+enum fake_mode {
+	FK_OK = 0, FK_BAD_MAGIC, FK_BAD_SIZE, FK_BAD_MAJOR, FK_ERR, FK_ERR_ABI, FK_FEW_FDS,
+	FK_BAD_GEOMETRY, FK_BAD_OFFSETS, FK_NONPOW2, FK_NO_SEAL, FK_GARBAGE, FK_BAD_KIND,
+	FK_OVERLAP, FK_MODE_COUNT,
+};
+
+struct fake {
+	char dir[64], path[128];
+	int lfd, conn;
+	enum fake_mode mode;
+	uint32_t stats_cap, cmd_cap;
+	uint32_t P, cap, seqs;
+	int efd, dfd, db_d, db_e;   /* daemon's copies */
+	char *eseg, *dseg;
+	uint64_t esz, dsz;
+	struct md_engine_offsets eo;
+	struct md_daemon_offsets doff;
+	struct md_daemon_ctrl *dctrl;
+	struct md_engine_ctrl *ectrl;
+	struct md_param_block *params;
+	struct md_ring_cons stats;  /* daemon reads the stats ring */
+	struct md_ring_prod cmds;   /* daemon writes commands */
+	char hello[4096];
+	pthread_t th;
+};
+
+static uint32_t hello_u32(const char *line, const char *key)
+{
+	const char *p = strstr(line, key);
+	return p ? (uint32_t)strtoul(p + strlen(key), NULL, 10) : 0;
+}
+
+static int make_memfd(uint64_t size)
+{
+	int fd = memfd_create("fake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	return fd;
+}
+
+static void *fake_serve(void *arg)
+{
+	struct fake *f = arg;
+	f->conn = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (f->conn < 0)
+		return NULL;
+	size_t len = 0;
+	while (len < sizeof(f->hello) - 1) {
+		ssize_t n = read(f->conn, f->hello + len, sizeof(f->hello) - 1 - len);
+		if (n <= 0)
+			return NULL;
+		len += (size_t)n;
+		f->hello[len] = 0;
+		if (strchr(f->hello, '\n'))
+			break;
+	}
+	f->P = hello_u32(f->hello, "page_tokens=");
+	f->cap = hello_u32(f->hello, "page_capacity=");
+	f->seqs = hello_u32(f->hello, "max_seqs=");
+	if (f->mode == FK_ERR || f->mode == FK_ERR_ABI || f->mode == FK_GARBAGE) {
+		const char *m = f->mode == FK_ERR ? "ERR budget_pages=-3: must be positive\n"
+			      : f->mode == FK_ERR_ABI ? "ERR ABI major version 1 not supported\n"
+			      : "HI THERE\n";
+		ssize_t w = write(f->conn, m, strlen(m));
+		(void)w;
+		return NULL;
+	}
+	f->esz = md_engine_layout(f->cap, f->seqs, f->stats_cap, &f->eo);
+	f->dsz = md_daemon_layout(f->cmd_cap, &f->doff);
+	f->efd = make_memfd(f->esz);
+	f->dfd = make_memfd(f->dsz);
+	f->eseg = mmap(NULL, f->esz, PROT_READ | PROT_WRITE, MAP_SHARED, f->efd, 0);
+	f->dseg = mmap(NULL, f->dsz, PROT_READ | PROT_WRITE, MAP_SHARED, f->dfd, 0);
+	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
+	struct md_segment_header h = {
+		.abi_major = MD_ABI_MAJOR, .abi_minor = MD_ABI_MINOR,
+		.header_size = sizeof(struct md_segment_header), .engine_id = 7,
+		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
+		.stats_capacity = f->stats_cap, .cmd_capacity = f->cmd_cap, .instance_id = 42,
+	};
+	*eh = h;
+	eh->kind = MD_SEGMENT_ENGINE;
+	eh->segment_size = f->esz;
+	eh->off.engine = f->eo;
+	*dh = h;
+	dh->kind = MD_SEGMENT_DAEMON;
+	dh->segment_size = f->dsz;
+	dh->off.daemon = f->doff;
+	switch (f->mode) {
+	case FK_BAD_SIZE: eh->segment_size += 4096; break;
+	case FK_BAD_MAJOR: dh->abi_major = 2; break;
+	case FK_BAD_GEOMETRY: eh->page_capacity = f->cap + 1; break;
+	case FK_BAD_OFFSETS: eh->off.engine.stats_ring = f->esz - 64; break;
+	case FK_NONPOW2: dh->cmd_capacity = 1000; break;
+	case FK_BAD_KIND: dh->kind = MD_SEGMENT_ENGINE; break;
+	case FK_OVERLAP: eh->off.engine.page_table = eh->off.engine.ctrl + 64; break;
+	default: break;
+	}
+	f->dctrl = (void *)(f->dseg + f->doff.ctrl);
+	f->ectrl = (void *)(f->eseg + f->eo.ctrl);
+	f->params = (void *)(f->dseg + f->doff.params);
+	f->dctrl->instance_id = 42;
+	f->params->tau = 0.25;
+	f->params->pinned_mask = 1;
+	f->params->protect_recent = 1;
+	f->params->budget_engine_pages = 10;
+	f->params->policy = MD_POLICY_MEMDECAY_NORM;
+	f->params->norm_mode = MD_NORM_RELATIVE;
+	f->params->seq = 4;
+	md_store_release(&f->dctrl->heartbeat_ns, 1);
+	md_store_release(&eh->magic, f->mode == FK_BAD_MAGIC ? 0x1234 : MD_ABI_MAGIC);
+	md_store_release(&dh->magic, MD_ABI_MAGIC);
+	if (f->mode != FK_NO_SEAL) {
+		ck_assert_int_eq(fcntl(f->efd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+		ck_assert_int_eq(fcntl(f->dfd, F_ADD_SEALS,
+				       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE), 0);
+	}
+	f->db_d = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	f->db_e = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	f->stats = (struct md_ring_cons){ .data = f->eseg + f->eo.stats_ring,
+		.tail = &f->ectrl->stats_tail, .head = &f->dctrl->stats_head,
+		.capacity = f->stats_cap, .rec_size = sizeof(struct md_stats_rec) };
+	f->cmds = (struct md_ring_prod){ .data = f->dseg + f->doff.cmd_ring,
+		.tail = &f->dctrl->cmd_tail, .head = &f->ectrl->cmd_head,
+		.capacity = f->cmd_cap, .rec_size = sizeof(struct md_cmd) };
+
+	int fds[4] = { f->efd, f->dfd, f->db_d, f->db_e };
+	int nfds = f->mode == FK_FEW_FDS ? 2 : 4;
+	char line[] = "OK engine_id=7 instance=42\n";
+	struct iovec iov = { line, sizeof(line) - 1 };
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 4)]; } cm;
+	memset(&cm, 0, sizeof(cm));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+			     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	ssize_t w = sendmsg(f->conn, &mh, MSG_NOSIGNAL);
+	(void)w;
+	return NULL;
+}
+
+/* A new fake daemon; dir != NULL reuses a socket directory (a restart). */
+static void fake_start_at(struct fake *f, enum fake_mode mode, const char *dir)
+{
+	memset(f, 0, sizeof(*f));
+	f->mode = mode;
+	f->conn = f->efd = f->dfd = f->db_d = f->db_e = -1;
+	f->stats_cap = 64;
+	f->cmd_cap = 16;
+	if (dir) {
+		snprintf(f->dir, sizeof(f->dir), "%s", dir);
+	} else {
+		snprintf(f->dir, sizeof(f->dir), "/tmp/mdcheck.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(f->dir));
+	}
+	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	strcpy(sa.sun_path, f->path);
+	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f->lfd, 4), 0);
+	ck_assert_int_eq(pthread_create(&f->th, NULL, fake_serve, f), 0);
+}
+
+static void fake_start(struct fake *f, enum fake_mode mode)
+{
+	fake_start_at(f, mode, NULL);
+}
+
+static void fake_join(struct fake *f)
+{
+	pthread_join(f->th, NULL);
+}
+
+static void fake_kill(struct fake *f)
+{
+	if (f->conn >= 0)
+		close(f->conn);
+	f->conn = -1;
+	close(f->lfd);
+	unlink(f->path);
+}
+
+static void fake_stop(struct fake *f)
+{
+	fake_kill(f);
+	rmdir(f->dir);
+}
+
+static void cfg_for(struct md_client_config *cfg, const struct fake *f)
+{
+	md_client_config_init(cfg);
+	cfg->socket_path = f ? f->path : "/nonexistent/memdecay.sock";
+	cfg->engine_name = "check";
+	cfg->page_capacity = 32;
+	cfg->max_seqs = 4;
+	cfg->budget_engine_pages = 10;
+}
+
+static md_client *attach_ok(struct fake *f)
+{
+	struct md_client_config cfg;
+	md_client *c = NULL;
+	fake_start(f, FK_OK);
+	cfg_for(&cfg, f);
+	int rc = md_client_create_attached(&cfg, &c);
+	fake_join(f);
+	ck_assert_msg(rc == 0, "attach: %s", md_strerror(rc));
+	ck_assert(md_client_attached(c));
+	return c;
+}
+
+static int fake_next(struct fake *f, struct md_stats_rec *r)
+{
+	int64_t n = md_ring_available(&f->stats);
+	ck_assert_int_ge(n, 0);
+	if (n == 0)
+		return 0;
+	ck_assert_int_eq(md_ring_copy_next(&f->stats, r), MD_RING_OK);
+	md_ring_release(&f->stats);
+	return 1;
+}
+
+static void fake_cmd(struct fake *f, uint32_t seq, uint32_t slot, uint32_t gen)
+{
+	struct md_cmd *m = md_ring_reserve(&f->cmds);
+	ck_assert_ptr_nonnull(m);
+	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = MD_EVICT_ENGINE_BUDGET,
+			      .seq = seq, .slot = slot, .gen = gen, .decided_ns = 5 };
+	md_ring_publish(&f->cmds, m);
+}
+
+/* ---- tests ---- */
+
+START_TEST(test_attach_and_records)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	ck_assert_ptr_nonnull(strstr(f.hello, "HELLO abi=1.0 name=check page_tokens=16"));
+	ck_assert_ptr_nonnull(strstr(f.hello, " budget_pages=10"));
+	ck_assert_uint_eq(md_client_engine_id(c), 7);
+	ck_assert_uint_eq(md_client_instance_id(c), 42);
+
+	uint32_t slot, gen;
+	ck_assert_int_eq(md_seq_step(c, 1, 3), 0);
+	ck_assert_int_eq(md_page_open(c, 1, 0, 3, 0x210, &slot, &gen), 0);
+	ck_assert_uint_eq(gen, 1);
+	struct md_stats_rec r;
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_STEP);
+	ck_assert_uint_eq(r.clock, 3);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_PAGE_OPEN);
+	ck_assert_uint_eq(r.slot, slot);
+	ck_assert_uint_eq(r.gen, gen);
+	ck_assert_uint_eq(r.u.page.n_tokens, 3);
+	ck_assert_uint_eq(r.u.page.labels, 0x210);
+	/* The page table was written first, with an even version. */
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[slot].version % 2, 0);
+	ck_assert_uint_gt(pt[slot].version, 0);
+	ck_assert_uint_eq(pt[slot].state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(pt[slot].generation, gen);
+	ck_assert_uint_eq(pt[slot].open_clock, 3);
+	const uint64_t *clk = (void *)(f.eseg + f.eo.seq_clock);
+	ck_assert_uint_eq(clk[1], 3);
+
+	ck_assert_int_eq(md_page_grow(c, slot, 5, 0x33210), 0);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_PAGE_GROW);
+	ck_assert_int_eq(md_attn_page(c, slot, 0.5f, 0xffff), 0);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_ATTN_PAGE);
+	ck_assert(r.u.attn_page.mass == 0.5f);
+	ck_assert_uint_eq(r.u.attn_page.refresh, 0x1f);   /* masked to live tokens */
+	ck_assert_int_eq(md_relabel(c, 1, 1, 2, MD_REGION_TOOL_OUT), 0);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_RELABEL);
+	ck_assert_uint_eq(md_label_get(pt[slot].labels, 1), MD_REGION_TOOL_OUT);
+
+	struct md_params_view pv;
+	ck_assert_int_eq(md_client_params(c, &pv), 0);
+	ck_assert(pv.tau == 0.25);
+	ck_assert_uint_eq(pv.policy, MD_POLICY_MEMDECAY_NORM);
+	ck_assert_uint_eq(pv.budget_engine_pages, 10);
+
+	ck_assert_int_eq(md_page_free(c, slot, MD_FREE_FINISHED), 0);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_PAGE_FREE);
+	ck_assert_uint_eq(pt[slot].state, MD_PAGE_FREE);
+	ck_assert_int_eq(md_page_free(c, slot, MD_FREE_FINISHED), MD_ESTALE);
+	ck_assert_int_eq(md_attn_page(c, slot, 0.5f, 0), MD_ESTALE);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+static const int malformed_expect[FK_MODE_COUNT] = {
+	[FK_BAD_MAGIC] = MD_EPROTO, [FK_BAD_SIZE] = MD_EPROTO, [FK_BAD_MAJOR] = MD_EVERSION,
+	[FK_ERR] = MD_EREFUSED, [FK_ERR_ABI] = MD_EVERSION, [FK_FEW_FDS] = MD_EPROTO,
+	[FK_BAD_GEOMETRY] = MD_EPROTO, [FK_BAD_OFFSETS] = MD_EPROTO, [FK_NONPOW2] = MD_EPROTO,
+	[FK_NO_SEAL] = MD_EPROTO, [FK_GARBAGE] = MD_EPROTO, [FK_BAD_KIND] = MD_EPROTO,
+	[FK_OVERLAP] = MD_EPROTO,
+};
+
+START_TEST(test_malformed_daemon)
+{
+	enum fake_mode mode = (enum fake_mode)_i;
+	struct fake f;
+	struct md_client_config cfg;
+	md_client *c = NULL;
+	fake_start(&f, mode);
+	cfg_for(&cfg, &f);
+	int rc = md_client_create_attached(&cfg, &c);
+	fake_join(&f);
+	ck_assert_msg(rc == malformed_expect[mode], "mode %d: got %d (%s)", mode, rc,
+		      md_strerror(rc));
+	ck_assert_ptr_null(c);
+	/* md_client_create fails open instead and keeps the message. */
+	fake_stop(&f);
+	fake_start(&f, mode);
+	cfg_for(&cfg, &f);
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	fake_join(&f);
+	ck_assert(!md_client_attached(c));
+	ck_assert_int_eq(md_client_attach_error(c), malformed_expect[mode]);
+	ck_assert_str_ne(md_client_last_error(c), "");
+	if (mode == FK_ERR)
+		ck_assert_str_eq(md_client_last_error(c), "budget_pages=-3: must be positive");
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_no_daemon_fail_open)
+{
+	struct md_client_config cfg;
+	md_client *c = NULL;
+	cfg_for(&cfg, NULL);
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert(!md_client_attached(c));
+	ck_assert_int_eq(md_client_attach_error(c), -ENOENT);
+	uint32_t slot = 99, gen = 0;
+	ck_assert_int_eq(md_page_open(c, 0, 0, 1, 0, &slot, &gen), MD_EDETACHED);
+	ck_assert_uint_eq(slot, 0);
+	ck_assert_uint_eq(gen, 1);
+	ck_assert_int_eq(md_page_grow(c, slot, 4, 0x1111), MD_EDETACHED);
+	ck_assert_int_eq(md_seq_step(c, 0, 4), MD_EDETACHED);
+	ck_assert_uint_eq(md_seq_clock(c, 0), 4);
+	ck_assert_int_eq(md_attn_page(c, slot, 1.0f, 1), MD_EDETACHED);
+	struct md_evict ev[4];
+	ck_assert_int_eq(md_poll_commands(c, ev, 4), MD_EDETACHED);
+	ck_assert_int_eq(md_wait_commands(c, 1000), MD_EDETACHED);
+	ck_assert_int_eq(md_client_check(c, 100), 0);
+	struct md_params_view pv;
+	ck_assert_int_eq(md_client_params(c, &pv), MD_EDETACHED);
+	ck_assert_uint_eq(pv.pinned_mask & 1, 1);   /* system pinned by default */
+	struct md_page_entry e;
+	ck_assert_int_eq(md_page_info(c, slot, &e), 0);
+	ck_assert_uint_eq(e.state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(e.n_tokens, 4);
+	ck_assert_uint_eq(e.labels, 0x1111);
+	ck_assert_uint_eq(md_client_live_pages(c), 1);
+	ck_assert_int_eq(md_client_reattach(c), -ENOENT);
+	md_client_destroy(c);
+	ck_assert_int_eq(md_client_create_attached(&cfg, &c), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_bad_config)
+{
+	struct md_client_config cfg;
+	md_client *c = (md_client *)1;
+	cfg_for(&cfg, NULL);
+	cfg.page_tokens = 17;
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg_for(&cfg, NULL);
+	cfg.page_capacity = 0;
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg_for(&cfg, NULL);
+	cfg.engine_name = "two words";
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg_for(&cfg, NULL);
+	cfg.tp_rank = 2;
+	cfg.tp_size = 2;
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg_for(&cfg, NULL);
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	uint32_t s, g;
+	ck_assert_int_eq(md_page_open(c, 4, 0, 1, 0, &s, &g), -EINVAL);   /* seq >= max_seqs */
+	ck_assert_int_eq(md_page_open(c, 0, 0, 17, 0, &s, &g), -EINVAL);
+	ck_assert_int_eq(md_page_free(c, 1000, 0), -EINVAL);
+	md_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_socket_resolution)
+{
+	struct md_client_config cfg;
+	md_client *c;
+	cfg_for(&cfg, NULL);
+	cfg.socket_path = NULL;
+	setenv("MEMDECAY_SOCKET", "/tmp/x/env.sock", 1);
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert_str_eq(md_client_socket_path(c), "/tmp/x/env.sock");
+	md_client_destroy(c);
+	unsetenv("MEMDECAY_SOCKET");
+	setenv("XDG_RUNTIME_DIR", "/run/user/5", 1);
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert_str_eq(md_client_socket_path(c), "/run/user/5/memdecay/memdecayd.sock");
+	md_client_destroy(c);
+	unsetenv("XDG_RUNTIME_DIR");
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert_str_eq(md_client_socket_path(c), "/run/memdecay/memdecayd.sock");
+	md_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_commands)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s0, s1, g0, g1;
+	md_page_open(c, 0, 0, 16, 0, &s0, &g0);
+	md_page_open(c, 0, 16, 16, 0, &s1, &g1);
+	fake_cmd(&f, 0, s0, g0 + 1);      /* stale generation */
+	fake_cmd(&f, 0, 1000, 1);         /* slot out of range */
+	fake_cmd(&f, 0, s1, g1);          /* good */
+	fake_cmd(&f, 0, s1, g1);          /* duplicate: would free twice */
+	fake_cmd(&f, 3, s0, g0);          /* wrong sequence */
+	/* a torn command: published tail, but the stamp is wrong */
+	struct md_cmd *m = md_ring_reserve(&f.cmds);
+	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .seq = 0, .slot = s0, .gen = g0 };
+	md_ring_publish(&f.cmds, m);
+	m->pos ^= 0x55;
+	struct md_evict ev[8];
+	int n = md_poll_commands(c, ev, 8);
+	ck_assert_int_eq(n, 1);
+	ck_assert_uint_eq(ev[0].slot, s1);
+	ck_assert_uint_eq(ev[0].gen, g1);
+	ck_assert_uint_eq(ev[0].reason, MD_EVICT_ENGINE_BUDGET);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_stale, 3);
+	ck_assert_uint_eq(md_client_proto_errors(c), 2);
+	ck_assert_uint_eq(f.ectrl->cmds_stale, 3);
+	ck_assert_uint_eq(f.ectrl->cmd_head, 6);   /* all consumed */
+	ck_assert_int_eq(md_page_free(c, s1, MD_FREE_EVICTED), 0);
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_applied, 1);
+	/* The slot comes back with a new generation: the old command is stale. */
+	uint32_t s2, g2;
+	md_page_open(c, 0, 32, 1, 0, &s2, &g2);
+	ck_assert_uint_eq(s2, s1);
+	ck_assert_uint_eq(g2, g1 + 1);
+	fake_cmd(&f, 0, s1, g1);
+	ck_assert_int_eq(md_poll_commands(c, ev, 8), 0);
+	/* A tail beyond capacity is a broken daemon: detach, fail open. */
+	f.dctrl->cmd_tail += 1000;
+	ck_assert_int_eq(md_poll_commands(c, ev, 8), MD_EPROTO);
+	ck_assert(!md_client_attached(c));
+	ck_assert_int_eq(md_page_free(c, s2, MD_FREE_FINISHED), MD_EDETACHED);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_overload)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s, g;
+	md_page_open(c, 0, 0, 16, 0, &s, &g);
+	int full = 0;
+	for (int i = 0; i < 200; i++)
+		if (md_attn_page(c, s, 0.1f, 0) == MD_EFULL)
+			full++;
+	/* Attention stops at 3/4 of the ring: the rest is kept for lifecycle. */
+	ck_assert_int_eq(full, 200 - (64 - 16 - 1));
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.attn_dropped, (uint64_t)full);
+	ck_assert_uint_eq(f.ectrl->attn_dropped, (uint64_t)full);
+	for (int i = 0; i < 16; i++)
+		ck_assert_int_eq(md_seq_step(c, 2, 1), 0);   /* the lifecycle reserve */
+	ck_assert_uint_eq(f.ectrl->lifecycle_dropped, 0);
+	/* Lifecycle on a full ring: not lost, the page table has it. */
+	uint64_t rr = f.ectrl->resync_request;
+	uint32_t s2, g2;
+	ck_assert_int_eq(md_page_open(c, 1, 0, 2, 0x55, &s2, &g2), 0);
+	ck_assert_uint_eq(f.ectrl->lifecycle_dropped, 1);
+	ck_assert_uint_gt(f.ectrl->resync_request, rr);
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s2].state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(pt[s2].labels, 0x55);
+	ck_assert_uint_eq(pt[s2].seq, 1);
+	/* 16 masses are two records, all or nothing. */
+	struct md_stats_rec r;
+	while (fake_next(&f, &r))
+		;
+	float mass[16];
+	for (int i = 0; i < 16; i++)
+		mass[i] = 0.01f * (float)i;
+	ck_assert_int_eq(md_attn_tokens(c, s, 0, 16, mass), 0);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_ATTN_TOKENS);
+	ck_assert_uint_eq(r.count, 8);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.token0, 8);
+	ck_assert(r.u.attn_tokens.mass[7] == mass[15]);
+	mass[3] = -1;
+	ck_assert_int_eq(md_attn_tokens(c, s, 0, 16, mass), -EINVAL);
+	ck_assert_int_eq(md_attn_page(c, s, 0.0f / 0.0f, 0), -EINVAL);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+static int readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1;
+}
+
+START_TEST(test_doorbell)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s, g;
+	md_page_open(c, 0, 0, 1, 0, &s, &g);
+	ck_assert(!readable(f.db_d));        /* daemon awake: no syscall */
+	f.dctrl->sleeping = 1;
+	md_attn_page(c, s, 0.1f, 0);
+	ck_assert(readable(f.db_d));
+	uint64_t v;
+	ck_assert_int_eq(read(f.db_d, &v, 8), 8);
+	md_attn_page(c, s, 0.1f, 0);         /* not consumed yet: no second ring */
+	ck_assert(!readable(f.db_d));
+	struct md_stats_rec r;
+	while (fake_next(&f, &r))
+		;
+	md_attn_page(c, s, 0.1f, 0);         /* consumed and asleep again: ring */
+	ck_assert(readable(f.db_d));
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_wait_commands)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert_int_eq(md_wait_commands(c, 50), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	ck_assert_int_ge(ms, 45);
+	ck_assert_uint_eq(f.ectrl->sleeping, 0);
+	uint32_t s, g;
+	md_page_open(c, 0, 0, 1, 0, &s, &g);
+	fake_cmd(&f, 0, s, g);
+	ck_assert_int_eq(md_wait_commands(c, 5000), 1);   /* re-check before sleeping */
+	uint64_t one = 1;
+	ck_assert_int_eq(write(f.db_e, &one, 8), 8);
+	struct md_evict ev[2];
+	ck_assert_int_eq(md_poll_commands(c, ev, 2), 1);
+	ck_assert_int_eq(md_wait_commands(c, 5000), 0);   /* doorbell wakes it */
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_liveness)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	ck_assert_int_eq(md_client_check(c, 0), 1);
+	ck_assert_uint_gt(f.ectrl->heartbeat_ns, 0);
+	f.dctrl->shutting_down = 1;
+	ck_assert_int_eq(md_client_check(c, 0), 0);
+	ck_assert(!md_client_attached(c));
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	c = attach_ok(&f);
+	usleep(30000);
+	ck_assert_int_eq(md_client_check(c, 1000), 1);
+	ck_assert_int_eq(md_client_check(c, 10), 0);   /* heartbeat older than 10 ms */
+	ck_assert_str_eq(md_client_last_error(c), "daemon heartbeat stale");
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	c = attach_ok(&f);
+	close(f.conn);
+	f.conn = -1;
+	usleep(120000);                                /* socket peek every 100 ms */
+	ck_assert_int_eq(md_client_check(c, 0), 0);
+	ck_assert_str_eq(md_client_last_error(c), "daemon closed the control connection");
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_reattach_republishes)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s0, s1, s2, g;
+	md_page_open(c, 0, 0, 16, 0x1, &s0, &g);
+	md_seq_step(c, 0, 16);
+	char dir[64];
+	snprintf(dir, sizeof(dir), "%s", f.dir);
+	fake_kill(&f);
+	md_client_detach(c);
+	/* While detached: the mirror keeps changing. */
+	ck_assert_int_eq(md_page_open(c, 0, 16, 3, 0x2, &s1, &g), MD_EDETACHED);
+	ck_assert_int_eq(md_page_open(c, 2, 0, 1, 0x3, &s2, &g), MD_EDETACHED);
+	ck_assert_int_eq(md_page_free(c, s2, MD_FREE_FINISHED), MD_EDETACHED);
+	ck_assert_int_eq(md_seq_step(c, 0, 3), MD_EDETACHED);
+	fake_start_at(&f, FK_OK, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	fake_join(&f);
+	ck_assert(md_client_attached(c));
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s0].state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(pt[s0].labels, 0x1);
+	ck_assert_uint_eq(pt[s1].state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(pt[s1].n_tokens, 3);
+	ck_assert_uint_eq(pt[s1].first_pos, 16);
+	ck_assert_uint_eq(pt[s2].state, MD_PAGE_FREE);
+	ck_assert_uint_eq(pt[s2].version % 2, 0);
+	const uint64_t *clk = (void *)(f.eseg + f.eo.seq_clock);
+	ck_assert_uint_eq(clk[0], 19);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.reattaches, 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_seq_end)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s[3], g;
+	for (int i = 0; i < 3; i++)
+		md_page_open(c, 1, (uint64_t)i * 16, 16, 0, &s[i], &g);
+	md_seq_step(c, 1, 48);
+	ck_assert_uint_eq(md_client_live_pages(c), 3);
+	ck_assert_int_eq(md_seq_end(c, 1), 0);
+	ck_assert_uint_eq(md_client_live_pages(c), 0);
+	ck_assert_uint_eq(md_seq_clock(c, 1), 0);
+	int frees = 0, ends = 0;
+	struct md_stats_rec r;
+	while (fake_next(&f, &r)) {
+		frees += r.type == MD_REC_PAGE_FREE;
+		if (r.type == MD_REC_SEQ_END) {
+			ends++;
+			ck_assert_int_eq(frees, 3);   /* pages first */
+		}
+	}
+	ck_assert_int_eq(ends, 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_no_allocation_on_hot_path)
+{
+	struct fake f;
+	f.stats_cap = 64;
+	md_client *c = attach_ok(&f);
+	struct md_params_view pv;
+	struct md_evict ev[8];
+	uint32_t s, g;
+	/* No Check assertion inside the loop: Check itself allocates. */
+	int bad = 0, records = 0;
+	long before = g_allocs;
+	for (int i = 0; i < 1000; i++) {
+		bad |= md_page_open(c, 0, (uint64_t)i * 16, 1, 0, &s, &g) != 0;
+		bad |= md_page_grow(c, s, 2, 0) != 0;
+		bad |= md_seq_step(c, 0, 1) != 0;
+		bad |= md_attn_page(c, s, 0.5f, 1) != 0;
+		float m[2] = { 0.1f, 0.2f };
+		bad |= md_attn_tokens(c, s, 0, 2, m) != 0;
+		struct md_cmd *cm = md_ring_reserve(&f.cmds);
+		*cm = (struct md_cmd){ .type = MD_CMD_EVICT, .seq = 0, .slot = s, .gen = g };
+		md_ring_publish(&f.cmds, cm);
+		bad |= md_poll_commands(c, ev, 8) != 1;
+		bad |= md_page_free(c, s, MD_FREE_EVICTED) != 0;
+		bad |= md_client_params(c, &pv) != 0;
+		bad |= md_client_check(c, 0) != 1;
+		struct md_stats_rec r;
+		while (md_ring_available(&f.stats) > 0) {
+			bad |= md_ring_copy_next(&f.stats, &r) != MD_RING_OK;
+			records++;
+		}
+		md_ring_release(&f.stats);
+	}
+	long allocs = g_allocs - before;
+	ck_assert_int_eq(bad, 0);
+	ck_assert_int_eq(records, 6000);
+	ck_assert_int_eq(allocs, 0);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_applied, 1000);
+	ck_assert_uint_eq(cc.attn_dropped, 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_slot_exhaustion)
+{
+	struct md_client_config cfg;
+	md_client *c;
+	cfg_for(&cfg, NULL);
+	cfg.page_capacity = 4;
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	uint32_t s, g;
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(md_page_open(c, 0, (uint64_t)i * 16, 1, 0, &s, &g), MD_EDETACHED);
+	ck_assert_int_eq(md_page_open(c, 0, 64, 1, 0, &s, &g), MD_ENOSLOT);
+	ck_assert_int_eq(md_page_free(c, 2, MD_FREE_FINISHED), MD_EDETACHED);
+	ck_assert_int_eq(md_page_open(c, 0, 64, 1, 0, &s, &g), MD_EDETACHED);
+	ck_assert_uint_eq(s, 2);
+	ck_assert_uint_eq(g, 2);
+	ck_assert_str_ne(md_strerror(MD_ENOSLOT), "unknown error");
+	md_client_destroy(c);
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc = tcase_create("client");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_attach_and_records);
+	tcase_add_loop_test(tc, test_malformed_daemon, FK_BAD_MAGIC, FK_MODE_COUNT);
+	tcase_add_test(tc, test_no_daemon_fail_open);
+	tcase_add_test(tc, test_bad_config);
+	tcase_add_test(tc, test_socket_resolution);
+	tcase_add_test(tc, test_commands);
+	tcase_add_test(tc, test_overload);
+	tcase_add_test(tc, test_doorbell);
+	tcase_add_test(tc, test_wait_commands);
+	tcase_add_test(tc, test_liveness);
+	tcase_add_test(tc, test_reattach_republishes);
+	tcase_add_test(tc, test_seq_end);
+	tcase_add_test(tc, test_no_allocation_on_hot_path);
+	tcase_add_test(tc, test_slot_exhaustion);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(client_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

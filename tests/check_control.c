@@ -1,0 +1,264 @@
+/*
+ * check_control.c — control-socket parsing with hostile input: HELLO field
+ * validation (every limit, duplicates, ABI major) and operator requests
+ * (unknown commands, argument counts, numbers, options, binary bytes).
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_parse.h"
+#include "memdecay_abi.h"
+
+static const char *good_hello = "HELLO abi=1.0 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8";
+
+static int hello(const char *line, struct md__hello *h, char *err)
+{
+	return md__hello_parse(line, h, err, 256);
+}
+
+START_TEST(hello_good)
+{
+	struct md__hello h;
+	char err[256];
+	ck_assert_int_eq(hello(good_hello, &h, err), 0);
+	ck_assert_str_eq(h.name, "eng-a");
+	ck_assert_uint_eq(h.page_tokens, 16);
+	ck_assert_uint_eq(h.page_capacity, 1024);
+	ck_assert_uint_eq(h.max_seqs, 8);
+	ck_assert_int_eq(h.budget_pages, -1);
+	ck_assert_uint_eq(h.tp_size, 1);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=x page_tokens=1 page_capacity=1 max_seqs=1 "
+			       "tp_rank=1 tp_size=2 policy=h2o budget_pages=64 "
+			       "budget_sequence_tokens=0 weight=2.5", &h, err), 0);
+	ck_assert_str_eq(h.policy, "h2o");
+	ck_assert_int_eq(h.budget_pages, 64);
+	ck_assert_int_eq(h.budget_sequence_tokens, 0);
+	ck_assert(h.weight == 2.5);
+}
+END_TEST
+
+START_TEST(hello_limits)
+{
+	struct md__hello h;
+	char err[256], line[512];
+	/* page_tokens 1..16 */
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=0 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "page_tokens"));
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=17 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	/* capacities against the header's limits */
+	snprintf(line, sizeof(line), "HELLO abi=1.0 name=a page_tokens=16 page_capacity=%u max_seqs=1",
+		 MD_PAGE_CAPACITY_MAX + 1);
+	ck_assert_int_eq(hello(line, &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "page_capacity"));
+	snprintf(line, sizeof(line), "HELLO abi=1.0 name=a page_tokens=16 page_capacity=8 max_seqs=%u",
+		 MD_MAX_SEQS_MAX + 1);
+	ck_assert_int_eq(hello(line, &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "max_seqs"));
+	/* numbers: sign, overflow, garbage */
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=-4 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=99999999999999999999999 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16x page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=8 max_seqs=1 weight=nan", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "weight"));
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=8 max_seqs=1 tp_rank=2 tp_size=2", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "tp_rank"));
+}
+END_TEST
+
+START_TEST(hello_names_and_shape)
+{
+	struct md__hello h;
+	char err[256], line[512];
+	char name[80];
+	memset(name, 'n', 64);
+	name[64] = 0;
+	snprintf(line, sizeof(line), "HELLO abi=1.0 name=%s page_tokens=16 page_capacity=8 max_seqs=1", name);
+	ck_assert_int_eq(hello(line, &h, err), -EINVAL); /* 64 chars: too long */
+	ck_assert_ptr_nonnull(strstr(err, "name"));
+	name[63] = 0;
+	snprintf(line, sizeof(line), "HELLO abi=1.0 name=%s page_tokens=16 page_capacity=8 max_seqs=1", name);
+	ck_assert_int_eq(hello(line, &h, err), 0);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a\x01 page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELLO abi=1.0 name= page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	/* missing, duplicate, unknown, not key=value */
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=8", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "max_seqs"));
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a name=b page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "twice"));
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=8 max_seqs=1 colour=red", &h, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "colour"));
+	ck_assert_int_eq(hello("HELLO abi=1.0 name=a page_tokens=16 page_capacity=8 max_seqs=1 junk", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELO abi=1.0", &h, err), -EINVAL);
+	/* a newer minor version may add fields */
+	ck_assert_int_eq(hello("HELLO abi=1.9 name=a page_tokens=16 page_capacity=8 max_seqs=1 colour=red", &h, err), 0);
+}
+END_TEST
+
+START_TEST(hello_abi_major)
+{
+	struct md__hello h;
+	char err[256];
+	ck_assert_int_eq(hello("HELLO abi=2.0 name=a page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EPROTO);
+	ck_assert_ptr_nonnull(strstr(err, "major"));
+	ck_assert_int_eq(hello("HELLO abi=x.0 name=a page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+	ck_assert_int_eq(hello("HELLO abi= name=a page_tokens=16 page_capacity=8 max_seqs=1", &h, err), -EINVAL);
+}
+END_TEST
+
+static int req(const char *text, struct md__ctl_req *r, char *err)
+{
+	static char buf[8192];
+	snprintf(buf, sizeof(buf), "%s", text);
+	return md__ctl_parse(buf, r, err, 256);
+}
+
+START_TEST(ctl_good)
+{
+	struct md__ctl_req r;
+	char err[256];
+	ck_assert_int_eq(req("get", &r, err), 0);
+	ck_assert_int_eq(r.cmd, MD__CTL_GET);
+	ck_assert_int_eq(req("get memdecay.alpha --json", &r, err), 0);
+	ck_assert_int_eq(r.json, 1);
+	ck_assert_int_eq(r.argc, 1);
+	ck_assert_str_eq(r.argv[0], "memdecay.alpha");
+	ck_assert_int_eq(req("set memdecay.alpha=0.5 memdecay.tau=0.1", &r, err), 0);
+	ck_assert_int_eq(r.argc, 2);
+	ck_assert_int_eq(req("policy h2o --engine 3", &r, err), 0);
+	ck_assert_str_eq(r.engine, "3");
+	ck_assert_int_eq(req("budget engine_pages 128 --engine=eng-a", &r, err), 0);
+	ck_assert_str_eq(r.scope, "engine_pages");
+	ck_assert_uint_eq(r.number, 128);
+	ck_assert_str_eq(r.engine, "eng-a");
+	ck_assert_int_eq(req("top 10\r", &r, err), 0);
+	ck_assert_uint_eq(r.number, 10);
+	ck_assert_int_eq(req("  metrics  ", &r, err), 0);
+	ck_assert_int_eq(req("save /tmp/x.conf", &r, err), 0);
+}
+END_TEST
+
+START_TEST(ctl_bad_commands)
+{
+	struct md__ctl_req r;
+	char err[256];
+	ck_assert_int_eq(req("", &r, err), -EINVAL);
+	ck_assert_int_eq(req("frobnicate now", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "frobnicate"));
+	ck_assert_int_eq(req("GET", &r, err), -EINVAL); /* case matters */
+	ck_assert_int_eq(req("engines extra", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "usage"));
+	ck_assert_int_eq(req("get a b", &r, err), -EINVAL);
+	ck_assert_int_eq(req("policy", &r, err), -EINVAL);
+	ck_assert_int_eq(req("metrics --engine 1", &r, err), -EINVAL);
+	ck_assert_int_eq(req("stats --verbose", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "--verbose"));
+	ck_assert_int_eq(req("policy h2o --engine", &r, err), -EINVAL);
+	ck_assert_int_eq(req("policy h2o --engine 1 --engine 2", &r, err), -EINVAL);
+}
+END_TEST
+
+START_TEST(ctl_bad_values)
+{
+	struct md__ctl_req r;
+	char err[256];
+	ck_assert_int_eq(req("set memdecay.alpha", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "memdecay.alpha"));
+	ck_assert_int_eq(req("set =5", &r, err), -EINVAL);
+	ck_assert_int_eq(req("set", &r, err), -EINVAL);
+	ck_assert_int_eq(req("top 0", &r, err), -EINVAL);
+	ck_assert_int_eq(req("top -3", &r, err), -EINVAL);
+	ck_assert_int_eq(req("top 1001", &r, err), -EINVAL);
+	ck_assert_int_eq(req("top ten", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "ten"));
+	ck_assert_int_eq(req("budget pages 10", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "pages"));
+	ck_assert_int_eq(req("budget engine_pages -1", &r, err), -EINVAL);
+	ck_assert_int_eq(req("budget engine_pages 18446744073709551616", &r, err), -EINVAL);
+	ck_assert_int_eq(req("budget global_pages 10 --engine 1", &r, err), -EINVAL);
+}
+END_TEST
+
+START_TEST(ctl_hostile_bytes)
+{
+	struct md__ctl_req r;
+	char err[256];
+	ck_assert_int_eq(req("get \x7f\x80\xff", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "non-printable"));
+	ck_assert_int_eq(req("get\x1b[2J", &r, err), -EINVAL);
+	/* over-long request */
+	char *big = malloc(MD_CTL_LINE_MAX + 16);
+	memset(big, 'a', MD_CTL_LINE_MAX + 8);
+	memcpy(big, "get ", 4);
+	big[MD_CTL_LINE_MAX + 8] = 0;
+	ck_assert_int_eq(md__ctl_parse(big, &r, err, sizeof(err)), -EINVAL);
+	free(big);
+	/* more arguments than fit */
+	char many[4096] = "set";
+	for (int i = 0; i < 100; i++)
+		strcat(many, " a=1");
+	ck_assert_int_eq(req(many, &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "too many"));
+	ck_assert(md__ctl_text_ok("ok\tfine", 7));
+	ck_assert(!md__ctl_text_ok("a\0b", 3));
+}
+END_TEST
+
+START_TEST(numbers_and_json)
+{
+	uint64_t v;
+	ck_assert_int_eq(md__parse_u64("18446744073709551615", &v), 0);
+	ck_assert(v == UINT64_MAX);
+	ck_assert_int_eq(md__parse_u64("18446744073709551616", &v), -EINVAL);
+	ck_assert_int_eq(md__parse_u64("", &v), -EINVAL);
+	ck_assert_int_eq(md__parse_u64(" 1", &v), -EINVAL);
+	ck_assert_int_eq(md__parse_u64("+1", &v), -EINVAL);
+	char out[64];
+	md__json_escape("a\"b\\c\n", out, sizeof(out));
+	ck_assert_str_eq(out, "a\\\"b\\\\c\\u000a");
+}
+END_TEST
+
+START_TEST(socket_default_rule)
+{
+	char buf[108];
+	setenv("MEMDECAY_SOCKET", "/tmp/explicit.sock", 1);
+	ck_assert_int_eq(md__socket_default(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/tmp/explicit.sock");
+	unsetenv("MEMDECAY_SOCKET");
+	setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+	ck_assert_int_eq(md__socket_default(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/user/1000/memdecay/memdecayd.sock");
+	unsetenv("XDG_RUNTIME_DIR");
+	ck_assert_int_eq(md__socket_default(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/memdecay/memdecayd.sock");
+}
+END_TEST
+
+static Suite *control_suite(void)
+{
+	Suite *s = suite_create("control");
+	TCase *tc = tcase_create("parse");
+	tcase_add_test(tc, hello_good);
+	tcase_add_test(tc, hello_limits);
+	tcase_add_test(tc, hello_names_and_shape);
+	tcase_add_test(tc, hello_abi_major);
+	tcase_add_test(tc, ctl_good);
+	tcase_add_test(tc, ctl_bad_commands);
+	tcase_add_test(tc, ctl_bad_values);
+	tcase_add_test(tc, ctl_hostile_bytes);
+	tcase_add_test(tc, numbers_and_json);
+	tcase_add_test(tc, socket_default_rule);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(control_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,26 @@
+# memdecayd tests: Check suites for control parsing and the event-loop
+# backends, then integration scenarios (real daemon, real loadgen processes,
+# a private socket directory each) on both backends.
+if(TARGET md_ctl_parse)
+  add_executable(check_control ${CMAKE_CURRENT_SOURCE_DIR}/check_control.c)
+  target_link_libraries(check_control PRIVATE md_ctl_parse PkgConfig::CHECK)
+  add_test(NAME check_control COMMAND check_control)
+endif()
+if(TARGET md_loop)
+  add_executable(check_loop ${CMAKE_CURRENT_SOURCE_DIR}/check_loop.c)
+  target_link_libraries(check_loop PRIVATE md_loop PkgConfig::CHECK)
+  target_compile_definitions(check_loop PRIVATE _GNU_SOURCE)
+  add_test(NAME check_loop COMMAND check_loop)
+endif()
+
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay-loadgen)
+  set(_md_suite ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_suite.sh)
+  foreach(backend uring epoll)
+    foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown)
+      add_test(NAME daemon_${scenario}_${backend}
+        COMMAND bash ${_md_suite} ${scenario} ${backend} $<TARGET_FILE_DIR:memdecayd>)
+      set_tests_properties(daemon_${scenario}_${backend} PROPERTIES TIMEOUT 120
+        LABELS "integration;daemon")
+    endforeach()
+  endforeach()
+endif()

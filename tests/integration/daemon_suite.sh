@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# daemon_suite.sh SCENARIO BACKEND BINDIR — one memdecayd integration scenario.
+# Each run starts its own daemon (--event-loop BACKEND) on a socket in a fresh
+# mktemp -d directory and drives it with real memdecay-loadgen processes and
+# memdecayctl.  Scenarios: basic ctl_errors robustness reload lambda policy
+# eight kill9 shutdown.  Exit 0 = pass; on failure the daemon log is printed.
+set -u
+SCENARIO=$1
+BE=$2
+BIN=$3
+D=$(mktemp -d /tmp/md-it-XXXXXX)
+SOCK=$D/memdecayd.sock
+DPID=
+PIDS=()
+
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	[ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null
+	rm -rf "$D"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "FAIL [$SCENARIO/$BE]: $*" >&2
+	if [ -f "$D/daemon.log" ]; then
+		echo "--- daemon log (tail) ---" >&2
+		tail -n 40 "$D/daemon.log" >&2
+	fi
+	exit 1
+}
+
+ctl() { "$BIN/memdecayctl" --socket "$SOCK" "$@"; }
+
+start_daemon() {
+	"$BIN/memdecayd" --socket "$SOCK" --foreground --event-loop "$BE" --log-level info "$@" \
+		2>>"$D/daemon.log" &
+	DPID=$!
+	for _ in $(seq 100); do
+		ctl ping >/dev/null 2>&1 && return 0
+		kill -0 "$DPID" 2>/dev/null || fail "memdecayd exited at start"
+		sleep 0.05
+	done
+	fail "memdecayd did not answer on $SOCK"
+}
+
+# loadgen NAME ARGS... : runs in the background, JSON result in $D/NAME.json
+loadgen() {
+	local name=$1
+	shift
+	"$BIN/memdecay-loadgen" --socket "$SOCK" --engine-name "$name" --json "$@" \
+		>"$D/$name.json" 2>"$D/$name.err" &
+	PIDS+=($!)
+	eval "LG_$name=$!"
+}
+
+# py EXPR FILE : evaluates a Python expression with o = the JSON in FILE
+py() { python3 -c "import json,sys; o=json.load(open(sys.argv[2])); print($1)" "$2" "$3" 2>/dev/null; }
+
+check_invariants() {
+	local f=$D/$1.json
+	[ -s "$f" ] || fail "$1 printed no result ($(cat "$D/$1.err"))"
+	local bad
+	bad=$(python3 - "$f" "${2:-1}" <<'PYEOF'
+import json, sys
+o = json.load(open(sys.argv[1])); need_ev = sys.argv[2] == "1"
+errs = []
+for k in ("pinned_evicted", "stale_applied", "double_freed"):
+    if o[k] != 0: errs.append("%s=%s" % (k, o[k]))
+if o["over_budget_max_pages"] > 1: errs.append("over_budget_max_pages=%s" % o["over_budget_max_pages"])
+if need_ev and o["evictions"] <= 0: errs.append("evictions=0")
+print(" ".join(errs))
+PYEOF
+)
+	[ -z "$bad" ] || fail "$1: $bad ($(cat "$f"))"
+}
+
+wait_engines() { # N : wait until exactly N engines are attached
+	for _ in $(seq 100); do
+		ctl --json engines >"$D/engines.json" 2>/dev/null &&
+			[ "$(py 'len(o["engines"])' "$D/engines.json")" = "$1" ] && return 0
+		sleep 0.05
+	done
+	fail "expected $1 engines attached, have: $(cat "$D/engines.json")"
+}
+
+stop_loadgen() { # NAME : SIGTERM and wait for its JSON
+	local pid
+	eval "pid=\$LG_$1"
+	kill -TERM "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+}
+
+# region_counts FILE : "scratchpad_evictions total_evictions" summed over engines
+region_counts() {
+	python3 - "$1" <<'PYEOF'
+import json, sys
+o = json.load(open(sys.argv[1]))
+s = t = 0
+for e in o["engines"]:
+    r = e["evictions_by_region"]
+    s += r.get("scratchpad", 0); t += sum(r.values())
+print(s, t)
+PYEOF
+}
+
+case $SCENARIO in
+basic)
+	start_daemon
+	loadgen lg1 --seqs 4 --pages-per-seq 32 --steps 3000 --budget-pages 64
+	wait "$LG_lg1"
+	check_invariants lg1
+	ctl --json stats >"$D/stats.json" || fail "stats failed"
+	[ "$(py 'o["daemon"]["attaches"]' "$D/stats.json")" = 1 ] || fail "attaches != 1"
+	[ "$(py 'o["daemon"]["detaches"]["eof"]' "$D/stats.json")" = 1 ] || fail "engine EOF not seen"
+	;;
+
+ctl_errors)
+	start_daemon
+	out=$(ctl get memdecay.bogus 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q "memdecay.bogus" <<<"$out" || fail "unknown key: rc=$rc '$out'"
+	out=$(ctl set memdecay.alpha=abc 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q "memdecay.alpha" <<<"$out" || fail "bad value: rc=$rc '$out'"
+	before=$(ctl get memdecay.alpha) || fail "get memdecay.alpha"
+	out=$(ctl set memdecay.alpha=0.125 memdecay.nope=1 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q "memdecay.nope" <<<"$out" || fail "all-or-nothing: rc=$rc '$out'"
+	[ "$(ctl get memdecay.alpha)" = "$before" ] || fail "a refused set changed memdecay.alpha"
+	ctl set memdecay.alpha=0.125 >/dev/null || fail "good set refused"
+	python3 -c "import sys; assert abs(float(sys.argv[1]) - 0.125) < 1e-12" "$(ctl get memdecay.alpha)" ||
+		fail "set did not take"
+	out=$(ctl frobnicate 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q frobnicate <<<"$out" || fail "unknown command: rc=$rc '$out'"
+	out=$(ctl policy nosuch 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q nosuch <<<"$out" || fail "unknown policy: rc=$rc '$out'"
+	out=$(ctl budget pages 3 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q pages <<<"$out" || fail "bad budget scope: rc=$rc"
+	out=$(ctl top 0 2>&1); [ $? = 1 ] || fail "top 0 accepted"
+	out=$(ctl policy h2o --engine 99 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q 99 <<<"$out" || fail "unknown engine: rc=$rc '$out'"
+	"$BIN/memdecayctl" >/dev/null 2>&1; [ $? = 2 ] || fail "no command: want exit 2"
+	"$BIN/memdecayctl" --bogus ping >/dev/null 2>&1; [ $? = 2 ] || fail "bad option: want exit 2"
+	out=$("$BIN/memdecayctl" --socket "$D/nothere.sock" ping 2>&1); rc=$?
+	[ $rc = 3 ] && grep -q "$D/nothere.sock" <<<"$out" || fail "unreachable: rc=$rc '$out'"
+	ctl --json get >"$D/get.json" || fail "get --json"
+	[ "$(py 'o["memdecay.alpha"]' "$D/get.json")" = 0.125 ] || fail "get --json: $(cat "$D/get.json")"
+	ctl budget engine_pages 100 >/dev/null || fail "budget engine_pages"
+	[ "$(ctl get budget.engine_pages)" = 100 ] || fail "budget did not set budget.engine_pages"
+	ctl save "$D/saved.conf" >/dev/null || fail "save"
+	grep -q "memdecay.alpha" "$D/saved.conf" || fail "saved config lacks memdecay.alpha"
+	ctl metrics | grep -q "^memdecay_engines_attached 0" || fail "metrics"
+	out=$(ctl save 2>&1); [ $? = 1 ] || fail "save without --config or FILE accepted"
+	;;
+
+robustness)
+	start_daemon
+	python3 - "$SOCK" <<'PYEOF' || fail "hostile clients"
+import socket, sys, time
+path = sys.argv[1]
+def conn():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(path); s.settimeout(5); return s
+def reply(s):
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(4096)
+        if not chunk: break
+        data += chunk
+    return data
+s = conn(); s.sendall(b"x" * 5000); r = reply(s)
+assert r.startswith(b"ERR") and b"longer" in r, r
+s = conn(); s.sendall(b"get \x00\xff\xfe garbage\n"); r = reply(s)
+assert r.startswith(b"ERR"), r
+s = conn(); s.sendall(b"HELLO abi=1.0 name=x page_tokens=99 page_capacity=8 max_seqs=1\n"); r = reply(s)
+assert r.startswith(b"ERR") and b"page_tokens" in r, r
+s = conn(); s.sendall(b"HELLO abi=7.0 name=x page_tokens=16 page_capacity=8 max_seqs=1\n"); r = reply(s)
+assert r.startswith(b"ERR") and b"major" in r, r
+idle = [conn() for _ in range(300)]   # more than the daemon accepts
+time.sleep(0.3)
+refused = 0
+for c in idle:
+    c.setblocking(False)
+    try:
+        if c.recv(100).startswith(b"ERR"): refused += 1
+    except BlockingIOError:
+        pass
+assert refused > 0, "no connection refused past the limit"
+for c in idle: c.close()
+time.sleep(0.2)
+s = conn(); s.sendall(b"ping\n"); r = reply(s)
+assert r.startswith(b"OK"), r
+s = conn(); s.sendall(b"ping\nping\n"); time.sleep(0.2); r = s.recv(4096)
+assert r.count(b"OK") == 2, r
+PYEOF
+	ctl ping >/dev/null || fail "daemon stopped answering"
+	out=$("$BIN/memdecayd" --socket "$SOCK" --foreground --event-loop "$BE" 2>&1); rc=$?
+	[ $rc = 1 ] && grep -q "another memdecayd" <<<"$out" || fail "second daemon: rc=$rc '$out'"
+	kill -9 "$DPID"; wait "$DPID" 2>/dev/null; DPID=
+	[ -S "$SOCK" ] || fail "socket file vanished with kill -9 (test assumption)"
+	start_daemon
+	grep -q "removing stale socket" "$D/daemon.log" || fail "stale socket not reported"
+	perm=$(stat -c %a "$SOCK"); [ "$perm" = 600 ] || fail "socket mode $perm, want 600"
+	;;
+
+reload)
+	printf 'memdecay.alpha = 0.3\n' >"$D/md.conf"
+	start_daemon --config "$D/md.conf"
+	[ "$(ctl get memdecay.alpha)" = 0.3 ] || fail "config not loaded: $(ctl get memdecay.alpha)"
+	printf 'memdecay.alpha = 0.9\nmemdecay.tau = banana\n' >"$D/md.conf"
+	kill -HUP "$DPID"; sleep 0.3
+	[ "$(ctl get memdecay.alpha)" = 0.3 ] || fail "bad reload applied part of the file"
+	grep -q "md.conf:2" "$D/daemon.log" || fail "reload error does not name file:line"
+	printf 'memdecay.alpha = 0.7\n' >"$D/md.conf"
+	kill -HUP "$DPID"; sleep 0.3
+	[ "$(ctl get memdecay.alpha)" = 0.7 ] || fail "good reload not applied"
+	ctl set memdecay.alpha=0.55 >/dev/null && ctl save >/dev/null || fail "save to --config"
+	grep -q "0.55" "$D/md.conf" || fail "save did not write the --config file"
+	;;
+
+lambda)
+	start_daemon
+	loadgen lg1 --seqs 4 --pages-per-seq 32 --steps 0 --step-hz 1000 --budget-pages 64
+	wait_engines 1
+	# Phase A: scratchpad made the most valuable region: it should hardly be evicted.
+	ctl set memdecay.region.scratchpad.base=5 memdecay.region.scratchpad.lambda=0 >/dev/null ||
+		fail "set phase A"
+	sleep 1; ctl --json stats >"$D/a0.json"; sleep 2; ctl --json stats >"$D/a1.json"
+	# Phase B: scratchpad decays almost at once: it should be evicted first.
+	ctl set memdecay.region.scratchpad.base=0.01 memdecay.region.scratchpad.lambda=50 >/dev/null ||
+		fail "set phase B"
+	sleep 1; ctl --json stats >"$D/b0.json"; sleep 2; ctl --json stats >"$D/b1.json"
+	read -r sa0 ta0 <<<"$(region_counts "$D/a0.json")"
+	read -r sa1 ta1 <<<"$(region_counts "$D/a1.json")"
+	read -r sb0 tb0 <<<"$(region_counts "$D/b0.json")"
+	read -r sb1 tb1 <<<"$(region_counts "$D/b1.json")"
+	python3 - "$sa0" "$ta0" "$sa1" "$ta1" "$sb0" "$tb0" "$sb1" "$tb1" <<'PYEOF' ||
+import sys
+sa0, ta0, sa1, ta1, sb0, tb0, sb1, tb1 = map(int, sys.argv[1:])
+da, db = ta1 - ta0, tb1 - tb0
+assert da > 10 and db > 10, ("too few evictions", da, db)
+fa, fb = (sa1 - sa0) / da, (sb1 - sb0) / db
+print("scratchpad share of evictions: protected %.2f, fast decay %.2f" % (fa, fb))
+assert fa < 0.1, fa
+assert fb > fa + 0.3, (fa, fb)
+PYEOF
+		fail "evictions did not shift to scratchpad as the new lambda predicts"
+	stop_loadgen lg1
+	check_invariants lg1
+	;;
+
+policy)
+	start_daemon
+	loadgen lg1 --seqs 4 --pages-per-seq 32 --steps 0 --step-hz 1000 --budget-pages 64
+	loadgen lg2 --seqs 4 --pages-per-seq 32 --steps 0 --step-hz 1000 --budget-pages 64
+	wait_engines 2
+	ctl policy recency >/dev/null || fail "policy recency"
+	ctl --json engines >"$D/e.json"
+	[ "$(py '",".join(e["policy"] for e in o["engines"])' "$D/e.json")" = "recency,recency" ] ||
+		fail "default policy switch not seen by engines: $(cat "$D/e.json")"
+	id2=$(py 'o["engines"][1]["id"]' "$D/e.json")
+	ctl policy h2o --engine "$id2" >/dev/null || fail "policy --engine"
+	ctl --json engines >"$D/e.json"
+	[ "$(py '",".join(e["policy"] for e in o["engines"])' "$D/e.json")" = "recency,h2o" ] ||
+		fail "per-engine policy switch: $(cat "$D/e.json")"
+	ctl --json stats >"$D/s0.json"; sleep 1.5; ctl --json stats >"$D/s1.json"
+	python3 - "$D/s0.json" "$D/s1.json" <<'PYEOF' || fail "evictions stopped after the policy switch"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for x, y in zip(a["engines"], b["engines"]):
+    assert y["evictions"] > x["evictions"], (x["name"], x["evictions"], y["evictions"])
+PYEOF
+	ctl top 5 | grep -q SCORE || fail "top"
+	ctl metrics | grep -q '^memdecay_engines_attached 2' || fail "metrics engines"
+	stop_loadgen lg1; stop_loadgen lg2
+	check_invariants lg1; check_invariants lg2
+	;;
+
+eight)
+	start_daemon
+	for i in 1 2 3 4 5 6 7 8; do
+		loadgen "lg$i" --seqs 4 --pages-per-seq 32 --steps 3000 --budget-pages 64 --seed "$i"
+	done
+	for i in 1 2 3 4 5 6 7 8; do eval "wait \$LG_lg$i"; done
+	for i in 1 2 3 4 5 6 7 8; do check_invariants "lg$i"; done
+	ctl --json stats >"$D/stats.json"
+	[ "$(py 'o["daemon"]["detaches"]["violations"]' "$D/stats.json")" = 0 ] ||
+		fail "honest engines detached for violations"
+	;;
+
+kill9)
+	start_daemon
+	for i in 1 2 3; do
+		loadgen "lg$i" --seqs 4 --pages-per-seq 32 --steps 0 --step-hz 500 --budget-pages 64 --seed "$i"
+	done
+	wait_engines 3
+	kill -9 "$LG_lg2"
+	wait_engines 2
+	ctl --json engines >"$D/e.json"
+	grep -q '"lg2"' "$D/e.json" && fail "killed engine still listed"
+	ctl --json stats >"$D/s0.json"; sleep 1; ctl --json stats >"$D/s1.json"
+	python3 - "$D/s0.json" "$D/s1.json" <<'PYEOF' || fail "survivors not served after kill -9"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b["daemon"]["detaches"]["eof"] == 1, b["daemon"]
+for x, y in zip(a["engines"], b["engines"]):
+    assert y["records"] > x["records"] and y["evictions"] > x["evictions"], (x, y)
+PYEOF
+	stop_loadgen lg1; stop_loadgen lg3
+	check_invariants lg1; check_invariants lg3
+	;;
+
+shutdown)
+	start_daemon
+	loadgen lg1 --seqs 2 --pages-per-seq 16 --steps 0 --step-hz 500 --budget-pages 24
+	wait_engines 1
+	kill -TERM "$DPID"
+	for _ in $(seq 60); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
+	wait "$DPID"; rc=$?; DPID=
+	[ $rc = 0 ] || fail "memdecayd exit status $rc after SIGTERM"
+	[ -e "$SOCK" ] && fail "socket file left behind"
+	grep -q "detached: shutdown" "$D/daemon.log" || fail "engine not told about the shutdown"
+	sleep 0.3
+	kill -0 "$LG_lg1" 2>/dev/null || fail "engine died with the daemon (should fail open)"
+	stop_loadgen lg1
+	check_invariants lg1 0
+	;;
+
+*)
+	echo "unknown scenario $SCENARIO" >&2
+	exit 2
+	;;
+esac
+echo "PASS [$SCENARIO/$BE]"
+exit 0
