@@ -64,6 +64,13 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static void log_quiet(enum ggml_log_level level, const char *text, void *user)
+{
+	(void)user;
+	if (level == GGML_LOG_LEVEL_ERROR)
+		fputs(text, stderr);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -73,7 +80,7 @@ static void usage(FILE *f)
 		"  --budget-tokens N   per-sequence KV budget; 0 = no budget (full cache)\n"
 		"  --socket PATH  memdecayd control socket; none there: start a private daemon\n"
 		"  --json         one JSON object on stdout\n"
-		"  --threads N (2) --ctx N (auto) --max-new N (24) --layer-stride K (1)\n"
+		"  --threads N (1) --ctx N (auto) --max-new N (24) --layer-stride K (1)\n"
 		"  --page-tokens P (16) --daemon PATH (memdecayd next to this program)\n"
 		"  --no-daemon    adapter attached to no daemon (fail-open path)\n"
 		"  --plain        plain llama.cpp, no adapter (same settings)\n"
@@ -85,7 +92,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->budget_tokens = -1;
-	o->threads = 2;
+	o->threads = 1;  /* 2 threads on 2 shared cores spin at ggml's barriers */
 	o->max_new = 24;
 	o->layer_stride = 1;
 	o->page_tokens = 16;
@@ -471,7 +478,7 @@ int main(int argc, char **argv)
 
 	llama_backend_init();
 	if (r.o.quiet || r.o.json)
-		llama_log_set(NULL, NULL);
+		llama_log_set(log_quiet, NULL);
 	struct llama_model_params mp = llama_model_default_params();
 	mp.n_gpu_layers = 0;
 	r.model = llama_model_load_from_file(r.o.model, mp);

@@ -30,6 +30,18 @@
 
 /* ---- per-sequence heaps ---- */
 
+/* list order: key, then the tie rule (first_pos, slot) */
+static inline int ent_less(const struct md__engine *e, const struct md__heap_ent *a,
+			   const struct md__heap_ent *b)
+{
+	if (a->key != b->key)
+		return a->key < b->key;
+	uint64_t fa = e->pages[a->slot].first_pos, fb = e->pages[b->slot].first_pos;
+	if (fa != fb)
+		return fa < fb;
+	return a->slot < b->slot;
+}
+
 static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t i,
 			      struct md__heap_ent ent)
 {
@@ -42,7 +54,7 @@ static void sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
 	struct md__heap_ent ent = s->heap[i];
 	while (i > 0) {
 		uint32_t parent = (i - 1) / 2;
-		if (!(ent.key < s->heap[parent].key))
+		if (!ent_less(e, &ent, &s->heap[parent]))
 			break;
 		heap_place(e, s, i, s->heap[parent]);
 		i = parent;
@@ -58,14 +70,134 @@ static void sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
 		uint32_t c = 2 * i + 1;
 		if (c >= n)
 			break;
-		if (c + 1 < n && s->heap[c + 1].key < s->heap[c].key)
+		if (c + 1 < n && ent_less(e, &s->heap[c + 1], &s->heap[c]))
 			c++;
-		if (!(s->heap[c].key < ent.key))
+		if (!ent_less(e, &s->heap[c], &ent))
 			break;
 		heap_place(e, s, i, s->heap[c]);
 		i = c;
 	}
 	heap_place(e, s, i, ent);
+}
+
+/* decay heaps: plain min-heaps on g, positions in e->dheap_pos */
+static void d_sift_up(struct md__engine *e, struct md__heap_ent *hp, uint32_t i)
+{
+	struct md__heap_ent ent = hp[i];
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+		if (!(ent.key < hp[parent].key))
+			break;
+		hp[i] = hp[parent];
+		e->dheap_pos[hp[i].slot] = i;
+		i = parent;
+	}
+	hp[i] = ent;
+	e->dheap_pos[ent.slot] = i;
+}
+
+static void d_sift_down(struct md__engine *e, struct md__heap_ent *hp, uint32_t n, uint32_t i)
+{
+	struct md__heap_ent ent = hp[i];
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && hp[c + 1].key < hp[c].key)
+			c++;
+		if (!(hp[c].key < ent.key))
+			break;
+		hp[i] = hp[c];
+		e->dheap_pos[hp[i].slot] = i;
+		i = c;
+	}
+	hp[i] = ent;
+	e->dheap_pos[ent.slot] = i;
+}
+
+/* log of a bound on the page's decaying part: Dpos(t) >= exp(g - lambda_c t).
+ * Each term decays at most at lambda_max, so the value now, rolled forward at
+ * lambda_max, stays below it.  Returns 0 with *cls, or -1: no usable bound. */
+#define D_LAMBDA_T_MAX 1e6   /* beyond it lambda*t loses the precision we shave */
+static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls, double *g)
+{
+	const struct md__params *p = e->params;
+	const struct md__page *pg = &e->pages[slot];
+	const uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
+	uint64_t t0 = e->seqs[pg->seq].clock;
+	double lmax = 0.0, lg[MD_PAGE_TOKENS_MAX], top = -INFINITY;
+	unsigned nt = 0;
+	for (unsigned k = 0; k < pg->n_tokens; k++) {
+		unsigned r = md_label_get(pg->labels, k);
+		double lam = p->lambda[r];
+		if (!(lam > 0.0) || !(p->base[r] > 0.0))
+			continue;
+		if (lam > lmax)
+			lmax = lam;
+		lg[nt] = log(p->base[r] / (double)pg->n_tokens) - lam * (double)(t0 - tr[k]);
+		if (lg[nt] > top)
+			top = lg[nt];
+		nt++;
+	}
+	if (!nt || !(lmax * (double)t0 <= D_LAMBDA_T_MAX) || !isfinite(top))
+		return -1;
+	double sum = 0.0;
+	for (unsigned i = 0; i < nt; i++)
+		sum += exp(lg[i] - top);
+	uint32_t c = 0;
+	while (c < e->n_cls && e->cls_lambda[c] != lmax)
+		c++;
+	if (c == e->n_cls)
+		return -1;
+	*cls = c;
+	*g = top + log(sum) + lmax * (double)t0;
+	return 0;
+}
+
+static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot)
+{
+	uint32_t c;
+	double g;
+	e->dcls[slot] = MD__NO_CLASS;
+	if (e->policy > MD_POLICY_MEMDECAY_NORM || decay_bound(e, slot, &c, &g)) {
+		s->nodecay++;
+		return;
+	}
+	if (s->dheap_n[c] == s->dheap_cap[c]) {
+		uint32_t nc = s->dheap_cap[c] ? s->dheap_cap[c] * 2 : 8;
+		struct md__heap_ent *na = realloc(s->dheap[c], (size_t)nc * sizeof(*na));
+		if (!na) { /* no decay bound: correct, only slower */
+			s->nodecay++;
+			return;
+		}
+		s->dheap[c] = na;
+		s->dheap_cap[c] = nc;
+	}
+	e->dcls[slot] = (uint8_t)c;
+	uint32_t i = s->dheap_n[c]++;
+	s->dheap[c][i] = (struct md__heap_ent){.key = g, .slot = slot, .pad = 0};
+	d_sift_up(e, s->dheap[c], i);
+}
+
+static void d_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
+{
+	uint32_t c = e->dcls[slot];
+	if (c == MD__NO_CLASS) {
+		s->nodecay--;
+		return;
+	}
+	e->dcls[slot] = MD__NO_CLASS;
+	struct md__heap_ent *hp = s->dheap[c];
+	uint32_t i = e->dheap_pos[slot], last = --s->dheap_n[c];
+	if (i == last)
+		return;
+	double old = hp[i].key;
+	hp[i] = hp[last];
+	e->dheap_pos[hp[i].slot] = i;
+	if (hp[i].key < old)
+		d_sift_up(e, hp, i);
+	else
+		d_sift_down(e, hp, last, i);
 }
 
 void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
@@ -78,6 +210,7 @@ void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, dou
 	e->pages[slot].heap_pos = s->heap_n;
 	s->heap_n++;
 	sift_up(e, s, s->heap_n - 1);
+	d_insert(e, s, slot);
 }
 
 void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
@@ -85,13 +218,14 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 	uint32_t i = e->pages[slot].heap_pos;
 	if (i >= s->heap_n || s->heap[i].slot != slot)
 		abort(); /* broken invariant */
+	d_remove(e, s, slot);
 	e->pages[slot].heap_pos = MD__NO_HEAP;
 	uint32_t last = --s->heap_n;
 	if (i == last)
 		return;
-	double old = s->heap[i].key;
+	struct md__heap_ent old = s->heap[i];
 	heap_place(e, s, i, s->heap[last]);
-	if (s->heap[i].key < old)
+	if (ent_less(e, &s->heap[i], &old))
 		sift_up(e, s, i);
 	else
 		sift_down(e, s, i);
@@ -109,14 +243,29 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 	e->index_epoch = h->params_epoch;
 	e->policy = md__engine_policy(h, e);
 	e->norm_mode = md__engine_norm(h, e);
+	e->n_cls = 0;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		double lam = h->params.lambda[r];
+		if (!(lam > 0.0))
+			continue;
+		unsigned c = 0;
+		while (c < e->n_cls && e->cls_lambda[c] != lam)
+			c++;
+		if (c == e->n_cls)
+			e->cls_lambda[e->n_cls++] = lam;
+	}
 	uint32_t k = md__engine_protect_count(h, e);
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		struct md__seq *s = &e->seqs[q];
 		s->heap_n = 0;
+		s->nodecay = 0;
+		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
+			s->dheap_n[c] = 0;
 		s->k_protect = k;
 		for (uint32_t i = 0; i < s->n_pages; i++) {
 			struct md__page *pg = &e->pages[s->pages[i].slot];
 			pg->heap_pos = MD__NO_HEAP;
+			e->dcls[s->pages[i].slot] = MD__NO_CLASS;
 			if (s->n_pages - 1 - i < k)
 				pg->flags |= MD__PF_PROT;
 			else

@@ -55,7 +55,11 @@ static void engine_free(struct md__engine *e)
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		free(e->seqs[q].pages);
 		free(e->seqs[q].heap);
+		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
+			free(e->seqs[q].dheap[c]);
 	}
+	free(e->dheap_pos);
+	free(e->dcls);
 	free(e->seqs);
 	free(e->pages);
 	free(e->t_refresh);
@@ -137,12 +141,16 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->pages = calloc(page_capacity, sizeof(*e->pages));
 	e->t_refresh = calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
 	e->seqs = calloc(max_seqs, sizeof(*e->seqs));
-	if (!e->pages || !e->t_refresh || !e->seqs) {
+	e->dheap_pos = calloc(page_capacity, sizeof(*e->dheap_pos));
+	e->dcls = malloc(page_capacity);
+	e->params = &h->params;
+	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls) {
 		engine_free(e);
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < page_capacity; i++)
 		e->pages[i].heap_pos = MD__NO_HEAP;
+	memset(e->dcls, MD__NO_CLASS, page_capacity);
 	e->index_epoch = 0; /* built at the first decision */
 	h->engines[h->n_engines++] = e;
 	return 0;

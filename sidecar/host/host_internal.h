@@ -57,9 +57,15 @@ struct md__seq {
 	uint32_t k_protect;       /* newest pages kept out of the heap */
 	uint32_t n_pages, cap_pages;
 	uint32_t heap_n, heap_cap;
+	uint32_t nodecay;         /* pages in heap but in no decay heap */
 	struct md__pos_ent *pages;
 	struct md__heap_ent *heap;
+	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
+	struct md__heap_ent *dheap[MD_REGIONS_MAX];
+	uint32_t dheap_n[MD_REGIONS_MAX], dheap_cap[MD_REGIONS_MAX];
 };
+
+#define MD__NO_CLASS 0xffu
 
 struct md__engine {
 	uint32_t id;
@@ -68,6 +74,11 @@ struct md__engine {
 	struct md__page *pages;
 	uint64_t *t_refresh;      /* [page_capacity * page_tokens] */
 	struct md__seq *seqs;
+	uint32_t *dheap_pos;      /* [page_capacity] position in its decay heap */
+	uint8_t *dcls;            /* [page_capacity] decay class or MD__NO_CLASS */
+	const struct md__params *params; /* the host's, for index upkeep */
+	double cls_lambda[MD_REGIONS_MAX];
+	uint32_t n_cls;
 	uint64_t index_epoch;     /* params epoch the index was built for */
 	uint32_t policy;          /* effective policy of index_epoch */
 	uint32_t norm_mode;

@@ -54,7 +54,7 @@ loadgen() {
 }
 
 # py EXPR FILE : evaluates a Python expression with o = the JSON in FILE
-py() { python3 -c "import json,sys; o=json.load(open(sys.argv[2])); print($1)" "$2" "$3" 2>/dev/null; }
+py() { python3 -c "import json,sys; o=json.load(open(sys.argv[1])); print($1)" "$2" 2>/dev/null; }
 
 check_invariants() {
 	local f=$D/$1.json
