@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 echo "== memdecayd with 4 engines under a budget of 96 pages each"
-"$BIN/memdecayd" --socket "$SOCK" 2>"$DIR/daemon.log" &
+"$BIN/memdecayd" --socket "$SOCK" --foreground 2>"$DIR/daemon.log" &
 DPID=$!
 i=0
 while [ ! -S "$SOCK" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done

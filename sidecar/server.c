@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -350,6 +351,19 @@ static int mkdir_p(const char *dir, mode_t mode, int *created)
 	return 0;
 }
 
+/* 1 if the peer on fd answers "ping" with OK within a second. */
+static int probe_answers(int fd)
+{
+	static const char ping[] = "ping\n";
+	if (send(fd, ping, sizeof(ping) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(ping) - 1))
+		return 0;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char buf[8];
+	if (poll(&pfd, 1, 1000) != 1)
+		return 0;
+	return recv(fd, buf, 2, 0) == 2 && buf[0] == 'O' && buf[1] == 'K';
+}
+
 int md__server_listen(struct md__daemon *d, char *err, size_t errlen)
 {
 	const char *path = d->socket_path;
@@ -393,12 +407,19 @@ int md__server_listen(struct md__daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return -errno;
 	}
+	int cerr;
 	if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		close(probe);
-		snprintf(err, errlen, "another memdecayd is already answering on %s", path);
-		return -EADDRINUSE;
+		/* Connecting is not answering: a killed io_uring daemon's listener can
+		 * outlive it briefly (its ring still holds an accept).  Ask. */
+		if (probe_answers(probe)) {
+			close(probe);
+			snprintf(err, errlen, "another memdecayd is already answering on %s", path);
+			return -EADDRINUSE;
+		}
+		cerr = ECONNREFUSED;
+	} else {
+		cerr = errno;
 	}
-	int cerr = errno;
 	close(probe);
 	if (cerr == ECONNREFUSED) {
 		md__info("removing stale socket %s", path);

@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "memdecay_abi.h"
+
 static const struct bench_transport *const transports[] = {
 	&bench_floor, &bench_ring_spin, &bench_ring_doorbell, &bench_unix_socket, &bench_zeromq,
 };
@@ -152,22 +154,42 @@ static int run_once(const struct bench_transport *t, const struct options *o, en
 	return rc;
 }
 
-static int run_rep(const struct bench_transport *t, const struct options *o, uint64_t *samples,
-		   struct rep_result *res)
+static void rtt_stats(uint64_t *timed, uint64_t n, struct rep_result *res)
+{
+	qsort(timed, n, sizeof(*timed), cmp_u64);
+	res->p50_ns = (double)timed[n / 2] / ticks_per_ns;
+	res->p99_ns = (double)timed[(n * 99) / 100] / ticks_per_ns;
+	res->max_ns = (double)timed[n - 1] / ticks_per_ns;
+}
+
+/* Round trips of the floor and ring_spin, alternating in one process pair. */
+static int run_pair_rep(const struct options *o, uint64_t *samples, struct rep_result *floor_res,
+			struct rep_result *ring_res)
 {
 	struct bench_shared sh;
 	uint64_t n = o->warmup + o->iters;
-	int rc = run_once(t, o, BENCH_RTT, n, samples, &sh);
+	int rc = run_once(&bench_floor_ring_pair, o, BENCH_RTT, n, samples, &sh);
 	if (rc != 0)
 		return rc;
-	uint64_t *timed = samples + o->warmup;
-	qsort(timed, o->iters, sizeof(*timed), cmp_u64);
-	res->p50_ns = (double)timed[o->iters / 2] / ticks_per_ns;
-	res->p99_ns = (double)timed[(o->iters * 99) / 100] / ticks_per_ns;
-	res->max_ns = (double)timed[o->iters - 1] / ticks_per_ns;
-	res->doorbells = sh.doorbells;
-	res->wakeups = sh.wakeups;
+	rtt_stats(samples + o->warmup, o->iters, floor_res);
+	rtt_stats(samples + n + o->warmup, o->iters, ring_res);
+	return 0;
+}
 
+static int run_rep(const struct bench_transport *t, const struct options *o, uint64_t *samples,
+		   struct rep_result *res, int skip_rtt)
+{
+	struct bench_shared sh;
+	uint64_t n = o->warmup + o->iters;
+	int rc;
+	if (!skip_rtt) {
+		rc = run_once(t, o, BENCH_RTT, n, samples, &sh);
+		if (rc != 0)
+			return rc;
+		rtt_stats(samples + o->warmup, o->iters, res);
+		res->doorbells = sh.doorbells;
+		res->wakeups = sh.wakeups;
+	}
 	rc = run_once(t, o, BENCH_TPUT, o->tput_msgs, NULL, &sh);
 	if (rc != 0)
 		return rc;
@@ -268,7 +290,8 @@ static const char *target_json(const struct summary *a, const struct summary *b,
 }
 
 static void print_json(const struct summary *s, int n, const struct options *o,
-		       const char *loadavg_start)
+		       const char *loadavg_start, int paired, double pr_med, double pr_min,
+		       double pr_max)
 {
 	char model[256], loadavg_end[128], date[64];
 	struct utsname u;
@@ -303,16 +326,23 @@ static void print_json(const struct summary *s, int n, const struct options *o,
 	json_ratio("ring_spin_over_floor_p50", rs, fl, 0);
 	json_ratio("unix_socket_over_ring_spin_p50", us, rs, 0);
 	json_ratio("zeromq_over_ring_spin_p50", zq, rs, 0);
-	json_ratio("ring_doorbell_over_ring_spin_p50", rd, rs, 1);
+	json_ratio("ring_doorbell_over_ring_spin_p50", rd, rs, 0);
+	if (paired)
+		printf("    \"ring_spin_over_floor_p50_per_rep\": {\"median\": %.3f, \"min\": %.3f, "
+		       "\"max\": %.3f},\n",
+		       pr_med, pr_min, pr_max);
+	printf("    \"floor_and_ring_spin_paired\": %s\n", paired ? "true" : "false");
 	printf("  },\n  \"targets\": {\n");
 	printf("    \"ring_spin_p50_within_2x_floor\": %s,\n", target_json(rs, fl, 2.0, 1));
 	printf("    \"ring_spin_10x_faster_than_unix_socket\": %s,\n", target_json(us, rs, 10.0, 0));
 	printf("    \"ring_spin_30x_faster_than_zeromq\": %s\n", target_json(zq, rs, 30.0, 0));
 	printf("  },\n  \"config\": {\"iters\": %llu, \"warmup\": %llu, \"reps\": %d, "
 	       "\"tput_msgs\": %llu, \"stats_rec_bytes\": 64, \"cmd_bytes\": 32, "
+	       "\"page_capacity\": %u, \"stats_capacity\": %u, \"cmd_capacity\": %u, "
 	       "\"statistic\": \"median over reps of per-rep p50/p99/msgs_per_s; max over all reps\"},\n",
 	       (unsigned long long)o->iters, (unsigned long long)o->warmup, o->reps,
-	       (unsigned long long)o->tput_msgs);
+	       (unsigned long long)o->tput_msgs, bench_ring_page_capacity,
+	       bench_ring_stats_capacity(), bench_ring_cmd_capacity());
 	printf("  \"machine\": {\"cpu_model\": \"%s\", \"cpus_online\": %ld, \"kernel\": \"%s %s\", "
 	       "\"pinned_cpus\": [%d, %d], \"tsc_ticks_per_ns\": %.4f, \"date_utc\": \"%s\", "
 	       "\"loadavg_start\": \"%s\", \"loadavg_end\": \"%s\"}\n}\n",
@@ -357,7 +387,10 @@ static void usage(FILE *f)
 		"Reported figures are medians over R repetitions (default 7; --quick: 3).\n"
 		"  --iters N      timed round trips per repetition (default 20000; --quick 2000)\n"
 		"  --tput-msgs N  messages per throughput repetition (default 200000)\n"
-		"  --cpus A,B     cores to pin to (default 0,1)\n");
+		"  --cpus A,B     cores to pin to (default 0,1)\n"
+		"  --page-capacity N  engine pages; rings sized by the daemon's rule\n"
+		"                 (stats 4N, commands N; default 16384)\n"
+		"  --only NAME    run one transport\n");
 }
 
 int main(int argc, char **argv)
@@ -394,6 +427,9 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			i++;
+		} else if (!strcmp(a, "--page-capacity") && v) {
+			bench_ring_page_capacity = (uint32_t)strtoul(v, NULL, 10);
+			i++;
 		} else if (!strcmp(a, "--only") && v) {
 			o.only = v;
 			i++;
@@ -409,6 +445,10 @@ int main(int argc, char **argv)
 			o.reps = 3;
 		if (!tput_set)
 			o.tput_msgs = 20000;
+	}
+	if (bench_ring_page_capacity < 1 || bench_ring_page_capacity > MD_PAGE_CAPACITY_MAX) {
+		fprintf(stderr, "memdecay-bench-ipc: --page-capacity out of range\n");
+		return 2;
 	}
 	if (o.iters < 100 || o.reps < 1 || o.reps > MAX_REPS || o.tput_msgs < 1) {
 		fprintf(stderr, "memdecay-bench-ipc: need --iters >= 100, 1 <= --reps <= %d\n",
@@ -426,20 +466,34 @@ int main(int argc, char **argv)
 	}
 	calibrate_ticks();
 
-	uint64_t *samples = malloc((o.warmup + o.iters) * sizeof(*samples));
+	uint64_t *samples = malloc(2 * (o.warmup + o.iters) * sizeof(*samples));
 	static struct rep_result res[N_TRANSPORTS][MAX_REPS];
 	int ok[N_TRANSPORTS];
+	double pair_ratio[MAX_REPS];
 	if (!samples)
 		return 1;
 	for (size_t t = 0; t < N_TRANSPORTS; t++)
 		ok[t] = !o.only || !strcmp(o.only, transports[t]->name);
 
+	/* transports[0] is the floor, [1] ring_spin: measured as a pair. */
+	int paired = ok[0] && ok[1];
 	for (int rep = 0; rep < o.reps; rep++) {
+		if (paired) {
+			int rc = run_pair_rep(&o, samples, &res[0][rep], &res[1][rep]);
+			if (rc != 0) {
+				fprintf(stderr, "memdecay-bench-ipc: floor+ring_spin failed: %s\n",
+					strerror(rc < 0 ? -rc : EPROTO));
+				ok[0] = ok[1] = 0;
+				paired = 0;
+			} else {
+				pair_ratio[rep] = res[1][rep].p50_ns / res[0][rep].p50_ns;
+			}
+		}
 		for (size_t k = 0; k < N_TRANSPORTS; k++) {
 			size_t t = (k + (size_t)rep) % N_TRANSPORTS;
 			if (!ok[t])
 				continue;
-			int rc = run_rep(transports[t], &o, samples, &res[t][rep]);
+			int rc = run_rep(transports[t], &o, samples, &res[t][rep], paired && t < 2);
 			if (rc != 0) {
 				fprintf(stderr, "memdecay-bench-ipc: %s failed (rep %d): %s\n",
 					transports[t]->name, rep, strerror(rc < 0 ? -rc : EPROTO));
@@ -459,8 +513,14 @@ int main(int argc, char **argv)
 			summarize(transports[t], res[t], o.reps, &o, &sum[n]);
 		n++;
 	}
+	double pr_med = 0, pr_min = 0, pr_max = 0;
+	if (paired) {
+		pr_med = median(pair_ratio, o.reps);
+		pr_min = pair_ratio[0];
+		pr_max = pair_ratio[o.reps - 1];
+	}
 	if (o.json)
-		print_json(sum, n, &o, loadavg_start);
+		print_json(sum, n, &o, loadavg_start, paired, pr_med, pr_min, pr_max);
 	else
 		print_table(sum, n);
 	free(samples);

@@ -67,6 +67,14 @@ struct bench_transport {
 
 extern const struct bench_transport bench_floor, bench_ring_spin, bench_ring_doorbell;
 extern const struct bench_transport bench_unix_socket, bench_zeromq;
+/* RTT only: floor and ring_spin alternating in blocks in one process pair;
+ * samples[0, n) floor, samples[n, 2n) ring_spin. */
+extern const struct bench_transport bench_floor_ring_pair;
+
+/* Ring geometry: the engine's page capacity; ring sizes follow the daemon. */
+extern uint32_t bench_ring_page_capacity;
+uint32_t bench_ring_stats_capacity(void);
+uint32_t bench_ring_cmd_capacity(void);
 
 /* Abort a spin that has waited this long: the other side is gone. */
 #define BENCH_SPIN_DEADLINE_NS (30ull * 1000000000ull)

@@ -52,6 +52,47 @@ static void floor_teardown(void *state)
 	munmap(state, sizeof(struct floor_state));
 }
 
+/* Round trips [base, base + n) on the ping line; usable in blocks. */
+static int floor_rtt_peer(struct floor_state *f, uint64_t base, uint64_t n)
+{
+	struct floor_line copy;
+	uint64_t spins = 0, deadline = 0;
+	for (uint64_t i = base; i < base + n; i++) {
+		while (md_load_acquire(&f->ping.seq) != 2 * i + 1) {
+			cpu_relax();
+			if (bench_spin_expired(&spins, &deadline))
+				return -1;
+		}
+		memcpy(&copy, &f->ping, sizeof(copy));
+		copy.payload[0]++;
+		memcpy(f->ping.payload, copy.payload, sizeof(copy.payload));
+		md_store_release(&f->ping.seq, 2 * i + 2);
+	}
+	return 0;
+}
+
+static int floor_rtt_self(struct floor_state *f, uint64_t base, uint64_t n, uint64_t *samples)
+{
+	struct floor_line copy;
+	uint8_t payload[sizeof(copy.payload)];
+	uint64_t spins = 0, deadline = 0;
+	memset(payload, 0x5a, sizeof(payload));
+	for (uint64_t i = base; i < base + n; i++) {
+		uint64_t t0 = bench_ticks();
+		memcpy(f->ping.payload, payload, sizeof(payload));
+		md_store_release(&f->ping.seq, 2 * i + 1);
+		while (md_load_acquire(&f->ping.seq) != 2 * i + 2) {
+			cpu_relax();
+			if (bench_spin_expired(&spins, &deadline))
+				return -1;
+		}
+		memcpy(&copy, &f->ping, sizeof(copy));
+		samples[i - base] = bench_ticks() - t0;
+		payload[1] = copy.payload[0];
+	}
+	return 0;
+}
+
 static int floor_peer(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n)
 {
 	struct floor_state *f = state;
@@ -59,20 +100,8 @@ static int floor_peer(void *state, struct bench_shared *sh, enum bench_mode mode
 	uint64_t spins = 0, deadline = 0;
 
 	__atomic_store_n(&sh->peer_ready, 1, __ATOMIC_RELEASE);
-	if (mode == BENCH_RTT) {
-		for (uint64_t i = 0; i < n; i++) {
-			while (md_load_acquire(&f->ping.seq) != 2 * i + 1) {
-				cpu_relax();
-				if (bench_spin_expired(&spins, &deadline))
-					return -1;
-			}
-			memcpy(&copy, &f->ping, sizeof(copy));
-			copy.payload[0]++;
-			memcpy(f->ping.payload, copy.payload, sizeof(copy.payload));
-			md_store_release(&f->ping.seq, 2 * i + 2);
-		}
-		return 0;
-	}
+	if (mode == BENCH_RTT)
+		return floor_rtt_peer(f, 0, n);
 	for (uint64_t i = 0; i < n; i++) {
 		struct floor_line *s = &f->slots[i & (FLOOR_SLOTS - 1)];
 		while (md_load_acquire(&s->seq) != i + 1) {
@@ -98,22 +127,8 @@ static int floor_self(void *state, struct bench_shared *sh, enum bench_mode mode
 	uint64_t spins = 0, deadline = 0;
 
 	memset(payload, 0x5a, sizeof(payload));
-	if (mode == BENCH_RTT) {
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t t0 = bench_ticks();
-			memcpy(f->ping.payload, payload, sizeof(payload));
-			md_store_release(&f->ping.seq, 2 * i + 1);
-			while (md_load_acquire(&f->ping.seq) != 2 * i + 2) {
-				cpu_relax();
-				if (bench_spin_expired(&spins, &deadline))
-					return -1;
-			}
-			memcpy(&copy, &f->ping, sizeof(copy));
-			samples[i] = bench_ticks() - t0;
-			payload[1] = copy.payload[0];
-		}
-		return 0;
-	}
+	if (mode == BENCH_RTT)
+		return floor_rtt_self(f, 0, n, samples);
 	uint64_t cached_head = 0;
 	sh->tput_start_ns = bench_mono_ns();
 	for (uint64_t i = 0; i < n; i++) {
@@ -134,12 +149,32 @@ static int floor_self(void *state, struct bench_shared *sh, enum bench_mode mode
 
 /* ------------------------------------------------------------------ rings */
 
-/* Geometry of one benchmark engine: a 16k-page engine, rings sized as the
- * daemon would size them for it. */
-#define RING_PAGE_CAPACITY 16384u
+/* Geometry of one benchmark engine, rings sized by the daemon's rule
+ * (sidecar/attach.c): stats = 4 x pages, commands = pages, powers of two. */
 #define RING_MAX_SEQS 64u
-#define RING_STATS_CAPACITY 4096u
-#define RING_CMD_CAPACITY 1024u
+uint32_t bench_ring_page_capacity = 16384u;
+#define RING_PAGE_CAPACITY bench_ring_page_capacity
+#define RING_STATS_CAPACITY bench_ring_stats_capacity()
+#define RING_CMD_CAPACITY bench_ring_cmd_capacity()
+
+static uint32_t pow2_at_least(uint64_t v)
+{
+	uint32_t p = 1;
+	while (p < v && p < MD_RING_CAPACITY_MAX)
+		p <<= 1;
+	return p;
+}
+
+uint32_t bench_ring_stats_capacity(void)
+{
+	uint64_t want = 4ull * bench_ring_page_capacity;
+	return pow2_at_least(want > 4096 ? want : 4096);
+}
+
+uint32_t bench_ring_cmd_capacity(void)
+{
+	return pow2_at_least(bench_ring_page_capacity > 1024 ? bench_ring_page_capacity : 1024);
+}
 
 struct ring_state {
 	int engine_fd, daemon_fd;
@@ -351,43 +386,23 @@ static int ring_take_rec(struct ring_view *v, struct md_stats_rec *rec)
 	return 0;
 }
 
-static int ring_peer(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n)
+/* Daemon side of n round trips: take one record, answer one command. */
+static int ring_rtt_peer(struct ring_state *r, struct ring_view *v, struct bench_shared *sh,
+			 uint64_t n)
 {
-	struct ring_state *r = state;
-	struct ring_view v;
 	struct md_stats_rec rec;
 	uint64_t spins = 0, deadline = 0;
-	int rc = 0;
-
-	if (ring_attach(r, &v, 0) < 0)
-		return -1;
-	__atomic_store_n(&sh->peer_ready, 1, __ATOMIC_RELEASE);
-	for (uint64_t i = 0; i < n && rc == 0;) {
-		int64_t avail = ring_daemon_wait(r, &v, sh, &spins, &deadline);
-		if (avail < 0) {
-			rc = -1;
-			break;
-		}
-		for (int64_t k = 0; k < avail; k++, i++) {
-			if (ring_take_rec(&v, &rec) < 0) {
-				rc = -1;
-				break;
-			}
-		}
-		md_ring_release(&v.cons);
-		if (mode != BENCH_RTT)
-			continue;
-		/* Answer the (single) record with an evict command. */
+	for (uint64_t i = 0; i < n; i++) {
+		int64_t avail = ring_daemon_wait(r, v, sh, &spins, &deadline);
+		if (avail != 1 || ring_take_rec(v, &rec) < 0)
+			return -1;
+		md_ring_release(&v->cons);
 		struct md_cmd *c;
-		while (!(c = md_ring_reserve(&v.prod))) {
+		while (!(c = md_ring_reserve(&v->prod))) {
 			cpu_relax();
-			if (bench_spin_expired(&spins, &deadline)) {
-				rc = -1;
-				break;
-			}
+			if (bench_spin_expired(&spins, &deadline))
+				return -1;
 		}
-		if (!c)
-			break;
 		struct md_cmd cmd = {
 			.type = MD_CMD_EVICT,
 			.reason = MD_EVICT_SEQUENCE_BUDGET,
@@ -397,15 +412,43 @@ static int ring_peer(void *state, struct bench_shared *sh, enum bench_mode mode,
 			.decided_ns = rec.clock,
 		};
 		memcpy(c, &cmd, sizeof(cmd));
-		md_ring_publish(&v.prod, c);
+		md_ring_publish(&v->prod, c);
 		if (r->doorbell) {
 			md_fence_full();
-			if (md_load_relaxed(&v.ectrl->sleeping))
+			if (md_load_relaxed(&v->ectrl->sleeping))
 				ring_bell(r->bell_to_engine);
 		}
 	}
-	if (mode == BENCH_TPUT)
-		sh->tput_end_ns = bench_mono_ns();
+	return 0;
+}
+
+/* Daemon side of a stream: drain whatever is there, release once per batch. */
+static int ring_tput_peer(struct ring_state *r, struct ring_view *v, struct bench_shared *sh,
+			  uint64_t n)
+{
+	struct md_stats_rec rec;
+	uint64_t spins = 0, deadline = 0;
+	for (uint64_t i = 0; i < n;) {
+		int64_t avail = ring_daemon_wait(r, v, sh, &spins, &deadline);
+		if (avail < 0)
+			return -1;
+		for (int64_t k = 0; k < avail; k++, i++)
+			if (ring_take_rec(v, &rec) < 0)
+				return -1;
+		md_ring_release(&v->cons);
+	}
+	sh->tput_end_ns = bench_mono_ns();
+	return 0;
+}
+
+static int ring_peer(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n)
+{
+	struct ring_state *r = state;
+	struct ring_view v;
+	if (ring_attach(r, &v, 0) < 0)
+		return -1;
+	__atomic_store_n(&sh->peer_ready, 1, __ATOMIC_RELEASE);
+	int rc = mode == BENCH_RTT ? ring_rtt_peer(r, &v, sh, n) : ring_tput_peer(r, &v, sh, n);
 	ring_detach(r, &v);
 	return rc;
 }
@@ -424,8 +467,8 @@ static int ring_send(struct ring_state *r, struct ring_view *v, struct bench_sha
 	struct md_stats_rec rec = {
 		.type = MD_REC_ATTN_PAGE,
 		.seq = (uint32_t)(i & (RING_MAX_SEQS - 1)),
-		.slot = (uint32_t)(i & (RING_PAGE_CAPACITY - 1)),
-		.gen = (uint32_t)(i >> 14) + 1,
+		.slot = (uint32_t)(i % RING_PAGE_CAPACITY),
+		.gen = (uint32_t)(i / RING_PAGE_CAPACITY) + 1,
 		.clock = i,
 	};
 	rec.u.attn_page.mass = 0.25f;
@@ -442,6 +485,47 @@ static int ring_send(struct ring_state *r, struct ring_view *v, struct bench_sha
 	return 0;
 }
 
+/* Engine side of round trips [base, base + n): publish one record, spin for
+ * the command that answers it. */
+static int ring_rtt_self(struct ring_state *r, struct ring_view *v, struct bench_shared *sh,
+			 uint64_t base, uint64_t n, uint64_t *samples)
+{
+	uint64_t spins = 0, deadline = 0;
+	for (uint64_t i = base; i < base + n; i++) {
+		if (r->doorbell) {
+			/* Let the daemon really fall asleep before we time the
+			 * wake-up: it has raised its flag, then give it 20 us to
+			 * enter the kernel.  Not part of the measurement. */
+			while (!md_load_acquire(&v->dctrl->sleeping)) {
+				cpu_relax();
+				if (bench_spin_expired(&spins, &deadline))
+					return -1;
+			}
+			uint64_t until = bench_mono_ns() + 20000;
+			while (bench_mono_ns() < until)
+				cpu_relax();
+		}
+		uint64_t t0 = bench_ticks();
+		if (ring_send(r, v, sh, i, &spins, &deadline) < 0)
+			return -1;
+		int64_t avail;
+		while ((avail = md_ring_available(&v->cons)) == 0) {
+			cpu_relax();
+			if (bench_spin_expired(&spins, &deadline))
+				return -1;
+		}
+		if (avail < 0)
+			return -1;
+		struct md_cmd cmd;
+		int st = md_ring_copy_next(&v->cons, &cmd);
+		md_ring_release(&v->cons);
+		samples[i - base] = bench_ticks() - t0;
+		if (st != MD_RING_OK || cmd.slot != (uint32_t)(i % RING_PAGE_CAPACITY))
+			return -1;
+	}
+	return 0;
+}
+
 static int ring_self(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n,
 		     uint64_t *samples)
 {
@@ -452,47 +536,102 @@ static int ring_self(void *state, struct bench_shared *sh, enum bench_mode mode,
 
 	if (ring_attach(r, &v, 1) < 0)
 		return -1;
-	if (mode == BENCH_TPUT) {
+	if (mode == BENCH_RTT) {
+		rc = ring_rtt_self(r, &v, sh, 0, n, samples);
+	} else {
 		sh->tput_start_ns = bench_mono_ns();
 		for (uint64_t i = 0; i < n && rc == 0; i++)
 			rc = ring_send(r, &v, sh, i, &spins, &deadline);
-		ring_detach(r, &v);
-		return rc;
-	}
-	for (uint64_t i = 0; i < n && rc == 0; i++) {
-		if (r->doorbell) {
-			/* Let the daemon really fall asleep before we time the
-			 * wake-up: it has raised its flag, then give it 20 us to
-			 * enter the kernel.  Not part of the measurement. */
-			while (!md_load_acquire(&v.dctrl->sleeping)) {
-				cpu_relax();
-				if (bench_spin_expired(&spins, &deadline))
-					return -1;
-			}
-			uint64_t until = bench_mono_ns() + 20000;
-			while (bench_mono_ns() < until)
-				cpu_relax();
-		}
-		uint64_t t0 = bench_ticks();
-		rc = ring_send(r, &v, sh, i, &spins, &deadline);
-		int64_t avail = 0;
-		while (rc == 0 && (avail = md_ring_available(&v.cons)) == 0) {
-			cpu_relax();
-			if (bench_spin_expired(&spins, &deadline))
-				rc = -1;
-		}
-		if (rc != 0 || avail < 0)
-			return -1;
-		struct md_cmd cmd;
-		if (md_ring_copy_next(&v.cons, &cmd) != MD_RING_OK ||
-		    cmd.slot != (uint32_t)(i & (RING_PAGE_CAPACITY - 1)))
-			rc = -1;
-		md_ring_release(&v.cons);
-		samples[i] = bench_ticks() - t0;
 	}
 	ring_detach(r, &v);
 	return rc;
 }
+
+/* ------------------------------------------------- floor and ring, paired */
+
+/* The floor and ring_spin round trips alternate in blocks inside one process
+ * pair, so both see the same cores, the same host placement of the vCPUs and
+ * the same neighbours: their ratio is measured, not inferred across runs.
+ * samples[0, n) are the floor's, samples[n, 2n) the ring's. */
+#define PAIR_BLOCK 500u
+
+struct pair_state {
+	struct floor_state *f;
+	struct ring_state *r;
+};
+
+static int pair_setup(void **state)
+{
+	struct pair_state *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	void *f = NULL, *r = NULL;
+	int rc = floor_setup(&f);
+	if (rc == 0 && (rc = ring_spin_setup(&r)) < 0)
+		floor_teardown(f);
+	if (rc < 0) {
+		free(p);
+		return rc;
+	}
+	p->f = f;
+	p->r = r;
+	*state = p;
+	return 0;
+}
+
+static void pair_teardown(void *state)
+{
+	struct pair_state *p = state;
+	floor_teardown(p->f);
+	ring_teardown(p->r);
+	free(p);
+}
+
+static int pair_peer(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n)
+{
+	struct pair_state *p = state;
+	struct ring_view v;
+	int rc = 0;
+	if (mode != BENCH_RTT || ring_attach(p->r, &v, 0) < 0)
+		return -1;
+	__atomic_store_n(&sh->peer_ready, 1, __ATOMIC_RELEASE);
+	for (uint64_t b = 0; b < n && rc == 0; b += PAIR_BLOCK) {
+		uint64_t k = n - b < PAIR_BLOCK ? n - b : PAIR_BLOCK;
+		rc = floor_rtt_peer(p->f, b, k);
+		if (rc == 0)
+			rc = ring_rtt_peer(p->r, &v, sh, k);
+	}
+	ring_detach(p->r, &v);
+	return rc;
+}
+
+static int pair_self(void *state, struct bench_shared *sh, enum bench_mode mode, uint64_t n,
+		     uint64_t *samples)
+{
+	struct pair_state *p = state;
+	struct ring_view v;
+	int rc = 0;
+	if (mode != BENCH_RTT || ring_attach(p->r, &v, 1) < 0)
+		return -1;
+	for (uint64_t b = 0; b < n && rc == 0; b += PAIR_BLOCK) {
+		uint64_t k = n - b < PAIR_BLOCK ? n - b : PAIR_BLOCK;
+		rc = floor_rtt_self(p->f, b, k, samples + b);
+		if (rc == 0)
+			rc = ring_rtt_self(p->r, &v, sh, b, k, samples + n + b);
+	}
+	ring_detach(p->r, &v);
+	return rc;
+}
+
+const struct bench_transport bench_floor_ring_pair = {
+	.name = "floor+ring_spin",
+	.setup = pair_setup,
+	.peer = pair_peer,
+	.self = pair_self,
+	.teardown = pair_teardown,
+	.bytes_out = BENCH_MSG_BYTES,
+	.bytes_back = BENCH_MSG_BYTES,
+};
 
 const struct bench_transport bench_floor = {
 	.name = "floor",

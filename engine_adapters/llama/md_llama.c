@@ -36,6 +36,8 @@ struct md__seq {
 	uint32_t page_of_cap;
 	llama_pos pos_next;
 	uint32_t live_tokens;
+	int32_t copy_src;       /* a copy sees src's cells below copy_end */
+	llama_pos copy_end;
 };
 
 struct md_llama {
@@ -306,6 +308,8 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 		a->cell_pos[c] = -1;
 		a->cell_page[c] = -1;
 	}
+	for (uint32_t s = 0; s < a->n_seq_all; s++)
+		a->seqs[s].copy_src = -1;
 	for (uint32_t i = 0; i < a->page_cap; i++) {
 		a->free_pages[i] = a->page_cap - 1 - i;
 		a->slot_to_page[i] = -1;
@@ -629,8 +633,11 @@ static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint3
 	for (uint32_t r = 0; r < rows; r++) {
 		const float *row = probs + (size_t)r * stride;
 		double live = 0, dead = 0;
+		const struct md__seq *s = &a->seqs[a->cur_seq];
 		for (uint32_t c = 0; c < n_kv; c++) {
-			if (a->cell_seq[c] == a->cur_seq)
+			if (a->cell_seq[c] == a->cur_seq ||
+			    (s->copy_src >= 0 && a->cell_seq[c] == s->copy_src &&
+			     a->cell_pos[c] < s->copy_end))
 				live += row[c];
 			else
 				dead += row[c];
@@ -851,6 +858,8 @@ int md_llama_seq_copy(md_llama *a, llama_seq_id src, llama_seq_id dst)
 	llama_memory_seq_cp(a->mem, src, dst, -1, -1);
 	/* Shared cells stay mapped to src: the copy only ever adds its own. */
 	a->seqs[dst].pos_next = a->seqs[src].pos_next;
+	a->seqs[dst].copy_src = src;
+	a->seqs[dst].copy_end = a->seqs[src].pos_next;
 	return 0;
 }
 
@@ -886,6 +895,8 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 		s->live_tokens = 0;
 	}
 	s->pos_next = p0;
+	if (p0 == 0)
+		s->copy_src = -1;
 	return 0;
 }
 

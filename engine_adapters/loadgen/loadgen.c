@@ -41,6 +41,7 @@ struct opts {
 	uint32_t wait_ms, hb_timeout_ms;
 	int fallback;
 	uint32_t system_pages;
+	uint32_t hold_ms;
 };
 
 struct page {
@@ -63,6 +64,7 @@ struct stats {
 	uint64_t double_freed, over_budget_max_pages, reattaches, local_evictions;
 	uint64_t by_region[MD_REGIONS_MAX];
 	uint64_t seq_restarts, wait_timeouts, cmds_seen, max_occupancy;
+	uint64_t step_ns_total, step_ns_max, slow_steps;   /* slow: over 50 ms */
 };
 
 static volatile sig_atomic_t g_stop;
@@ -114,6 +116,7 @@ static void usage(FILE *f)
 		"  --heartbeat-timeout-ms MS daemon heartbeat timeout (default 2000)\n"
 		"  --no-fallback            no local eviction while detached\n"
 		"  --dump-pages FILE        write the final page table view as JSON\n"
+		"  --hold-ms MS             after the last step (and the dump) stay attached MS ms\n"
 		"  --json                   print one JSON object with the results\n"
 		"  --help\n");
 }
@@ -138,7 +141,7 @@ static int parse_args(int argc, char **argv)
 		{ "pattern", 1, 0, 'a' }, { "seed", 1, 0, 'r' }, { "step-hz", 1, 0, 'z' },
 		{ "json", 0, 0, 'j' }, { "dump-pages", 1, 0, 'd' }, { "wait-ms", 1, 0, 'w' },
 		{ "heartbeat-timeout-ms", 1, 0, 'H' }, { "no-fallback", 0, 0, 'F' },
-		{ "system-pages", 1, 0, 'y' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "system-pages", 1, 0, 'y' }, { "hold-ms", 1, 0, 'o' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	o.name = "loadgen";
 	o.seqs = 4;
@@ -195,6 +198,7 @@ static int parse_args(int argc, char **argv)
 			case 'w': o.wait_ms = (uint32_t)v; break;
 			case 'H': o.hb_timeout_ms = (uint32_t)v; break;
 			case 'y': o.system_pages = (uint32_t)v; break;
+			case 'o': o.hold_ms = (uint32_t)v; break;
 			}
 		}
 	}
@@ -550,6 +554,7 @@ int main(int argc, char **argv)
 	struct md_params_view pv;
 	int err = 0;
 	for (uint64_t step = 0; !g_stop && (o.steps == 0 || step < o.steps); step++) {
+		uint64_t step_t0 = now_ns();
 		if (!md_client_check(cl, o.hb_timeout_ms)) {
 			uint64_t t = now_ns();
 			if (t - last_reattach >= REATTACH_NS) {
@@ -571,6 +576,12 @@ int main(int argc, char **argv)
 		note_occupancy(budget_pages(&pv));
 		apply_commands(&pv);
 		st.steps++;
+		uint64_t step_ns = now_ns() - step_t0;
+		st.step_ns_total += step_ns;
+		if (step_ns > st.step_ns_max)
+			st.step_ns_max = step_ns;
+		if (step_ns > 50000000u)
+			st.slow_steps++;
 		if (period) {
 			next_step += period;
 			uint64_t t = now_ns();
@@ -586,6 +597,12 @@ int main(int argc, char **argv)
 	double wall = (double)(now_ns() - t0) / 1e9;
 	if (o.dump)
 		dump_pages(o.dump);
+	/* Hold: stay attached, unchanged, so the daemon's view can be compared. */
+	for (uint64_t end = now_ns() + (uint64_t)o.hold_ms * 1000000u; !g_stop && now_ns() < end;) {
+		md_client_check(cl, o.hb_timeout_ms);
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
 
 	struct md_client_counters cc;
 	md_client_counters(cl, &cc);
@@ -605,10 +622,13 @@ int main(int argc, char **argv)
 		       ", \"lifecycle_dropped\": %" PRIu64 ", \"resyncs\": %" PRIu64
 		       ", \"cmds_stale\": %" PRIu64 ", \"local_evictions\": %" PRIu64
 		       ", \"wait_timeouts\": %" PRIu64 ", \"seq_restarts\": %" PRIu64
-		       ", \"attached\": %s, \"wall_s\": %.3f}\n",
+		       ", \"attached\": %s, \"wall_s\": %.3f, \"step_us_mean\": %.2f"
+		       ", \"step_us_max\": %.1f, \"slow_steps\": %" PRIu64 "}\n",
 		       st.reattaches, cc.attn_dropped, cc.lifecycle_dropped, cc.resyncs, cc.cmds_stale,
 		       st.local_evictions, st.wait_timeouts, st.seq_restarts,
-		       md_client_attached(cl) ? "true" : "false", wall);
+		       md_client_attached(cl) ? "true" : "false", wall,
+		       st.steps ? (double)st.step_ns_total / 1e3 / (double)st.steps : 0.0,
+		       (double)st.step_ns_max / 1e3, st.slow_steps);
 	} else {
 		printf("%s: %" PRIu64 " steps in %.2f s, %" PRIu64 " evictions (", o.name, st.steps,
 		       wall, st.evictions);

@@ -46,7 +46,7 @@ static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t 
 			      struct md__heap_ent ent)
 {
 	s->heap[i] = ent;
-	e->pages[ent.slot].heap_pos = i;
+	e->hpos[ent.slot] = i;
 }
 
 static void sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
@@ -154,12 +154,18 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 	return 0;
 }
 
-static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot)
+/* cls/g: a bound kept from earlier (still valid: it only gets looser), or
+ * MD__NO_CLASS with g = NAN to compute it now */
+static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
 {
-	uint32_t c;
-	double g;
 	e->dcls[slot] = MD__NO_CLASS;
-	if (e->policy > MD_POLICY_MEMDECAY_NORM || decay_bound(e, slot, &c, &g)) {
+	if (e->policy > MD_POLICY_MEMDECAY_NORM) {
+		s->nodecay++;
+		return;
+	}
+	if (isnan(g) && decay_bound(e, slot, &c, &g))
+		c = MD__NO_CLASS;
+	if (c == MD__NO_CLASS) {
 		s->nodecay++;
 		return;
 	}
@@ -200,26 +206,32 @@ static void d_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 		d_sift_down(e, hp, last, i);
 }
 
-void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
+static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t slot, double key,
+			      uint32_t cls, double g)
 {
 	/* capacity is reserved at page open: heap_cap >= n_pages */
 	if (s->heap_n >= s->heap_cap)
 		abort();
 	struct md__heap_ent ent = {.key = key, .slot = slot, .pad = 0};
 	s->heap[s->heap_n] = ent;
-	e->pages[slot].heap_pos = s->heap_n;
+	e->hpos[slot] = s->heap_n;
 	s->heap_n++;
 	sift_up(e, s, s->heap_n - 1);
-	d_insert(e, s, slot);
+	d_insert(e, s, slot, cls, g);
+}
+
+void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
+{
+	heap_insert_bound(e, s, slot, key, MD__NO_CLASS, NAN);
 }
 
 void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 {
-	uint32_t i = e->pages[slot].heap_pos;
+	uint32_t i = e->hpos[slot];
 	if (i >= s->heap_n || s->heap[i].slot != slot)
 		abort(); /* broken invariant */
 	d_remove(e, s, slot);
-	e->pages[slot].heap_pos = MD__NO_HEAP;
+	e->hpos[slot] = MD__NO_HEAP;
 	uint32_t last = --s->heap_n;
 	if (i == last)
 		return;
@@ -233,7 +245,7 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
 {
-	uint32_t i = e->pages[slot].heap_pos;
+	uint32_t i = e->hpos[slot];
 	s->heap[i].key = key;
 	sift_up(e, s, i);
 }
@@ -264,7 +276,7 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 		s->k_protect = k;
 		for (uint32_t i = 0; i < s->n_pages; i++) {
 			struct md__page *pg = &e->pages[s->pages[i].slot];
-			pg->heap_pos = MD__NO_HEAP;
+			e->hpos[s->pages[i].slot] = MD__NO_HEAP;
 			e->dcls[s->pages[i].slot] = MD__NO_CLASS;
 			if (s->n_pages - 1 - i < k)
 				pg->flags |= MD__PF_PROT;
@@ -287,12 +299,22 @@ struct cand {
 	uint32_t slot;
 	uint32_t seq;
 	double lb;
+	double g;     /* its decay bound, kept for reinsertion (NAN: none) */
+	uint32_t cls;
+	uint32_t pad;
 };
 
-struct head {
+struct head {             /* a sequence's list head: (key, first_pos, slot) */
 	double key;
+	uint64_t first_pos;
+	uint32_t slot;
 	uint32_t seq;
-	uint32_t pad;
+};
+
+struct dhead {            /* a decay heap's head: v = g - lambda_c t_seq */
+	double v;
+	uint32_t seq;
+	uint32_t cls;
 };
 
 static inline int cand_less(const struct cand *a, const struct cand *b)
@@ -304,12 +326,25 @@ static inline int cand_less(const struct cand *a, const struct cand *b)
 	return a->slot < b->slot;
 }
 
+static inline int head_less(const struct head *a, const struct head *b)
+{
+	if (a->key != b->key)
+		return a->key < b->key;
+	if (a->first_pos != b->first_pos)
+		return a->first_pos < b->first_pos;
+	return a->slot < b->slot;
+}
+
 struct scope {
 	struct md__host *h;
 	struct md__engine *e;
 	const struct md__policy *pol;
 	struct head *t;
 	size_t nt;
+	struct dhead *d;
+	size_t nd;
+	uint64_t nodecay;     /* unseen pages with no decay bound */
+	int turn;
 	struct cand *b;
 	size_t nb, capb;
 };
@@ -321,14 +356,74 @@ static void t_sift_down(struct scope *sc, size_t i)
 		size_t c = 2 * i + 1;
 		if (c >= sc->nt)
 			break;
-		if (c + 1 < sc->nt && sc->t[c + 1].key < sc->t[c].key)
+		if (c + 1 < sc->nt && head_less(&sc->t[c + 1], &sc->t[c]))
 			c++;
-		if (!(sc->t[c].key < x.key))
+		if (!head_less(&sc->t[c], &x))
 			break;
 		sc->t[i] = sc->t[c];
 		i = c;
 	}
 	sc->t[i] = x;
+}
+
+static void dh_sift_down(struct scope *sc, size_t i)
+{
+	struct dhead x = sc->d[i];
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= sc->nd)
+			break;
+		if (c + 1 < sc->nd && sc->d[c + 1].v < sc->d[c].v)
+			c++;
+		if (!(sc->d[c].v < x.v))
+			break;
+		sc->d[i] = sc->d[c];
+		i = c;
+	}
+	sc->d[i] = x;
+}
+
+static inline struct head seq_head(const struct md__engine *e, uint32_t q)
+{
+	const struct md__seq *s = &e->seqs[q];
+	uint32_t slot = s->heap[0].slot;
+	return (struct head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
+}
+
+/* heads only move up during a scope (pages leave, keys rise): fix lazily */
+static void t_fix(struct scope *sc)
+{
+	while (sc->nt) {
+		uint32_t q = sc->t[0].seq;
+		if (sc->e->seqs[q].heap_n == 0) {
+			sc->t[0] = sc->t[--sc->nt];
+		} else {
+			struct head cur = seq_head(sc->e, q);
+			if (cur.key == sc->t[0].key && cur.slot == sc->t[0].slot)
+				return;
+			sc->t[0] = cur;
+		}
+		if (sc->nt)
+			t_sift_down(sc, 0);
+	}
+}
+
+static void d_fix(struct scope *sc)
+{
+	while (sc->nd) {
+		const struct md__seq *s = &sc->e->seqs[sc->d[0].seq];
+		uint32_t c = sc->d[0].cls;
+		if (s->dheap_n[c] == 0) {
+			sc->d[0] = sc->d[--sc->nd];
+		} else {
+			double v = s->dheap[c][0].key - sc->e->cls_lambda[c] * (double)s->clock;
+			if (v == sc->d[0].v)
+				return;
+			sc->d[0].v = v;
+		}
+		if (sc->nd)
+			dh_sift_down(sc, 0);
+	}
 }
 
 static int b_push(struct scope *sc, struct cand c)
@@ -374,38 +469,69 @@ static struct cand b_pop(struct scope *sc)
 	return top;
 }
 
-/* the scope's next eviction into *out; 0 when nothing is evictable */
+unsigned long md__dbg_pops, md__dbg_pops2;
+#define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
+
+/* The scope's next eviction into *out; 0 when nothing is evictable.
+ * Threshold-algorithm style over two sorted views of the unseen pages:
+ * score >= key (static + attention part) + decaying part, and the decaying
+ * part >= exp(min head v).  Stop when the best seen score is below the sum of
+ * the two heads' bounds, or (score 0) when nothing unseen can come first. */
 static int scope_next(struct scope *sc, struct cand *out)
 {
 	struct md__engine *e = sc->e;
-	while (sc->nt > 0 && (sc->nb == 0 || sc->t[0].key <= sc->b[0].score)) {
-		uint32_t q = sc->t[0].seq;
-		struct md__seq *s = &e->seqs[q];
-		uint32_t slot = s->heap[0].slot;
-		struct md__page *pg = &e->pages[slot];
-		struct md__score_in in;
-		md__score_in_init(sc->h, e, q, &in);
-		double lb = sc->pol->lower_bound(pg, &in);
-		if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
-			s->heap[0].key = lb;
-			sift_down(e, s, 0);
-			sc->t[0].key = s->heap[0].key;
-			t_sift_down(sc, 0);
-			continue;
+	for (;;) {
+		t_fix(sc);
+		d_fix(sc);
+		if (sc->nt == 0)
+			break;
+		double dmin = (sc->nodecay || sc->nd == 0) ? 0.0 : exp(sc->d[0].v) * D_SHAVE;
+		double thr = sc->t[0].key + dmin;
+		if (sc->nb) {
+			const struct cand *b = &sc->b[0];
+			if (b->score < thr)
+				break;
+			/* a score of 0 needs a key of 0: the key list's order decides */
+			if (b->score == 0.0 && sc->t[0].key == 0.0 &&
+			    (b->first_pos < sc->t[0].first_pos ||
+			     (b->first_pos == sc->t[0].first_pos && b->slot < sc->t[0].slot)))
+				break;
 		}
+		sc->turn ^= 1;
+		uint32_t q, slot;
+		struct md__seq *s;
+		struct md__score_in in;
+		if (sc->turn && sc->nd) {
+			q = sc->d[0].seq;
+			s = &e->seqs[q];
+			slot = s->dheap[sc->d[0].cls][0].slot;
+			md__score_in_init(sc->h, e, q, &in);
+		} else {
+			q = sc->t[0].seq;
+			s = &e->seqs[q];
+			slot = s->heap[0].slot;
+			md__score_in_init(sc->h, e, q, &in);
+			double lb = sc->pol->lower_bound(&e->pages[slot], &in);
+			if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
+				s->heap[0].key = lb;
+				sift_down(e, s, 0);
+				continue;
+			}
+		}
+		struct md__page *pg = &e->pages[slot];
 		const uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
 		struct cand c = {.score = sc->pol->score(pg, tr, &in, NULL),
-				 .first_pos = pg->first_pos, .slot = slot, .seq = q, .lb = lb};
+				 .first_pos = pg->first_pos, .slot = slot, .seq = q,
+				 .lb = sc->pol->lower_bound(pg, &in), .g = NAN,
+				 .cls = e->dcls[slot]};
+		if (c.cls != MD__NO_CLASS)
+			c.g = s->dheap[c.cls][e->dheap_pos[slot]].key;
+		md__dbg_pops++; if (sc->turn && sc->nd) md__dbg_pops2++;
 		if (b_push(sc, c))
 			break; /* out of memory: decide from what was seen */
+		if (e->dcls[slot] == MD__NO_CLASS)
+			sc->nodecay--;
 		md__heap_remove(e, s, slot);
-		if (s->heap_n) {
-			sc->t[0].key = s->heap[0].key;
-		} else {
-			sc->t[0] = sc->t[--sc->nt];
-		}
-		if (sc->nt)
-			t_sift_down(sc, 0);
 	}
 	if (sc->nb == 0)
 		return 0;
@@ -417,9 +543,12 @@ static void scope_end(struct scope *sc)
 {
 	for (size_t i = 0; i < sc->nb; i++) {
 		struct md__seq *s = &sc->e->seqs[sc->b[i].seq];
-		md__heap_insert(sc->e, s, sc->b[i].slot, sc->b[i].lb);
+		heap_insert_bound(sc->e, s, sc->b[i].slot, sc->b[i].lb, sc->b[i].cls,
+				  sc->b[i].cls == MD__NO_CLASS ? 0.0 : sc->b[i].g);
 	}
 	sc->nb = 0;
+	free(sc->d);
+	sc->d = NULL;
 }
 
 static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *e,
@@ -431,6 +560,8 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	sc->b = h->scratch_b;
 	sc->capb = h->scratch_b_cap / sizeof(struct cand);
 	sc->nb = 0;
+	sc->turn = 0;
+	sc->nodecay = 0;
 	size_t need = nseqs * sizeof(struct head);
 	if (need > h->scratch_a_cap) {
 		void *na = realloc(h->scratch_a, need);
@@ -441,13 +572,26 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	}
 	sc->t = h->scratch_a;
 	sc->nt = 0;
+	sc->nd = 0;
+	sc->d = malloc((nseqs * (e->n_cls ? e->n_cls : 1)) * sizeof(struct dhead));
+	if (!sc->d)
+		return -1;
 	for (size_t i = 0; i < nseqs; i++) {
 		struct md__seq *s = &e->seqs[seqs[i]];
-		if (s->heap_n)
-			sc->t[sc->nt++] = (struct head){.key = s->heap[0].key, .seq = seqs[i]};
+		if (!s->heap_n)
+			continue;
+		sc->t[sc->nt++] = seq_head(e, seqs[i]);
+		sc->nodecay += s->nodecay;
+		for (uint32_t c = 0; c < e->n_cls; c++)
+			if (s->dheap_n[c])
+				sc->d[sc->nd++] = (struct dhead){
+					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
+					seqs[i], c};
 	}
 	for (size_t i = sc->nt / 2; i-- > 0;)
 		t_sift_down(sc, i);
+	for (size_t i = sc->nd / 2; i-- > 0;)
+		dh_sift_down(sc, i);
 	return 0;
 }
 

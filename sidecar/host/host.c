@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include "host_internal.h"
 #include "oracle.h"
@@ -48,6 +49,25 @@ struct md__host *md__host_new(const struct md__params *p)
 	return h;
 }
 
+/* zeroed; large arrays on 2 MiB boundaries with transparent huge pages asked
+ * for: ingest touches pages at random, and TLB misses dominate at 10^6 pages */
+static void *big_calloc(size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		return NULL;
+	size_t bytes = n * size;
+	if (bytes < (4u << 20))
+		return calloc(n ? n : 1, size ? size : 1);
+	size_t huge = 2u << 20;
+	size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+	void *p = NULL;
+	if (posix_memalign(&p, huge, rounded))
+		return NULL;
+	madvise(p, rounded, MADV_HUGEPAGE); /* advice only: fine if refused */
+	memset(p, 0, rounded);
+	return p;
+}
+
 static void engine_free(struct md__engine *e)
 {
 	if (!e)
@@ -59,6 +79,7 @@ static void engine_free(struct md__engine *e)
 			free(e->seqs[q].dheap[c]);
 	}
 	free(e->dheap_pos);
+	free(e->hpos);
 	free(e->dcls);
 	free(e->seqs);
 	free(e->pages);
@@ -138,18 +159,19 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 		e->opts = *opts;
 	else
 		md__engine_opts_defaults(&e->opts);
-	e->pages = calloc(page_capacity, sizeof(*e->pages));
-	e->t_refresh = calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
+	e->pages = big_calloc(page_capacity, sizeof(*e->pages));
+	e->t_refresh = big_calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
 	e->seqs = calloc(max_seqs, sizeof(*e->seqs));
-	e->dheap_pos = calloc(page_capacity, sizeof(*e->dheap_pos));
+	e->dheap_pos = big_calloc(page_capacity, sizeof(*e->dheap_pos));
+	e->hpos = big_calloc(page_capacity, sizeof(*e->hpos));
 	e->dcls = malloc(page_capacity);
 	e->params = &h->params;
-	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls) {
+	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls || !e->hpos) {
 		engine_free(e);
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < page_capacity; i++)
-		e->pages[i].heap_pos = MD__NO_HEAP;
+		e->hpos[i] = MD__NO_HEAP;
 	memset(e->dcls, MD__NO_CLASS, page_capacity);
 	e->index_epoch = 0; /* built at the first decision */
 	h->engines[h->n_engines++] = e;
@@ -294,6 +316,56 @@ int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stat
 	if (rc < 0 && -rc < MD__REJ_COUNT)
 		e->rejected[-rc]++;
 	return rc;
+}
+
+/* warm the lines an attention record will touch: page, heap position, heap entry */
+static inline void prefetch_far(const struct md__engine *e, const struct md_stats_rec *r)
+{
+	if ((r->type == MD_REC_ATTN_PAGE || r->type == MD_REC_ATTN_TOKENS) &&
+	    r->slot < e->page_capacity) {
+		__builtin_prefetch(&e->pages[r->slot], 1);
+		__builtin_prefetch(&e->hpos[r->slot], 0);
+	}
+}
+
+static inline void prefetch_near(const struct md__engine *e, const struct md_stats_rec *r)
+{
+	if ((r->type == MD_REC_ATTN_PAGE || r->type == MD_REC_ATTN_TOKENS) &&
+	    r->slot < e->page_capacity) {
+		const struct md__page *pg = &e->pages[r->slot];
+		uint32_t pos = e->hpos[r->slot];
+		if (pg->seq < e->max_seqs && pos != MD__NO_HEAP && pos < e->seqs[pg->seq].heap_n)
+			__builtin_prefetch(&e->seqs[pg->seq].heap[pos], 1);
+		if (r->type == MD_REC_ATTN_TOKENS || r->u.attn_page.refresh)
+			__builtin_prefetch(&e->t_refresh[(size_t)r->slot * e->page_tokens], 1);
+	}
+}
+
+size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
+			     const struct md_stats_rec *recs, size_t n, int *rcs)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e) {
+		for (size_t i = 0; rcs && i < n; i++)
+			rcs[i] = -MD__REJ_STATE;
+		return 0;
+	}
+	enum { FAR = 16, NEAR = 6 };
+	size_t ok = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i + FAR < n)
+			prefetch_far(e, &recs[i + FAR]);
+		if (i + NEAR < n)
+			prefetch_near(e, &recs[i + NEAR]);
+		e->records++;
+		int rc = md__page_ingest(h, e, &recs[i]);
+		if (rc < 0 && -rc < MD__REJ_COUNT)
+			e->rejected[-rc]++;
+		ok += rc == 0;
+		if (rcs)
+			rcs[i] = rc;
+	}
+	return ok;
 }
 
 static uint64_t now_ns(void)

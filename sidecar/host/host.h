@@ -64,6 +64,13 @@ int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
 /* One record, already copied out of shared memory.  Returns 0 or -reason. */
 int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec);
 
+/* A batch of one engine's records (e.g. a drained ring span), in order, each
+ * checked and counted exactly as by md__host_ingest; prefetches ahead, so it is
+ * the fast path at large page counts.  rcs (may be NULL) gets each result.
+ * Returns the number of records accepted. */
+size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
+			     const struct md_stats_rec *recs, size_t n, int *rcs);
+
 /* Rebuild an engine's state from its page table (attach after a daemon
  * restart, or after the engine dropped lifecycle records).  Pages whose slot
  * and generation are unchanged keep their attention state.  Entries are copies;

@@ -29,7 +29,7 @@ struct md__page {
 	uint8_t state;
 	uint8_t flags;
 	uint16_t n_tokens;
-	uint32_t heap_pos;    /* index in its sequence's heap, or MD__NO_HEAP */
+	uint32_t resv;
 	uint64_t first_pos;
 	uint64_t labels;
 	double ewma_raw;      /* EWMA of the page's raw mass (sum over tokens) */
@@ -74,6 +74,7 @@ struct md__engine {
 	struct md__page *pages;
 	uint64_t *t_refresh;      /* [page_capacity * page_tokens] */
 	struct md__seq *seqs;
+	uint32_t *hpos;           /* [page_capacity] position in its heap, or MD__NO_HEAP */
 	uint32_t *dheap_pos;      /* [page_capacity] position in its decay heap */
 	uint8_t *dcls;            /* [page_capacity] decay class or MD__NO_CLASS */
 	const struct md__params *params; /* the host's, for index upkeep */

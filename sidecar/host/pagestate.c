@@ -88,7 +88,7 @@ void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
 	struct md__page *pg = &e->pages[slot];
 	struct md__seq *s = &e->seqs[pg->seq];
 	const struct md__params *p = &h->params;
-	if (pg->heap_pos != MD__NO_HEAP)
+	if (e->hpos[slot] != MD__NO_HEAP)
 		md__heap_remove(e, s, slot);
 	if (!md__index_live(h, e))
 		return; /* rebuilt at the next decision */
@@ -111,7 +111,7 @@ static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, in
 	struct md__page *pg = &e->pages[slot];
 	if (prot) {
 		pg->flags |= MD__PF_PROT;
-		if (pg->heap_pos != MD__NO_HEAP)
+		if (e->hpos[slot] != MD__NO_HEAP)
 			md__heap_remove(e, &e->seqs[pg->seq], slot);
 	} else if (pg->flags & MD__PF_PROT) {
 		pg->flags &= (uint8_t)~MD__PF_PROT;
@@ -170,7 +170,7 @@ static void seq_erase(struct md__host *h, struct md__engine *e, uint32_t slot)
 		set_prot(h, e, s->pages[n - 1 - k].slot, 1);
 	memmove(&s->pages[i], &s->pages[i + 1], (size_t)(n - 1 - i) * sizeof(s->pages[0]));
 	s->n_pages = n - 1;
-	if (pg->heap_pos != MD__NO_HEAP)
+	if (e->hpos[slot] != MD__NO_HEAP)
 		md__heap_remove(e, s, slot);
 	pg->flags &= (uint8_t)~MD__PF_PROT;
 	if (s->n_pages == 0)
@@ -234,7 +234,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	pg->seq = seq;
 	pg->state = MD__SLOT_LIVE;
 	pg->n_tokens = (uint16_t)n_tokens;
-	pg->heap_pos = MD__NO_HEAP;
+	e->hpos[slot] = MD__NO_HEAP;
 	pg->first_pos = first_pos;
 	pg->labels = labels & keep;
 	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
@@ -288,7 +288,7 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 	}
 	pg->state = MD__SLOT_FREE;
 	pg->flags = 0;
-	pg->heap_pos = MD__NO_HEAP;
+	e->hpos[slot] = MD__NO_HEAP;
 }
 
 void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
@@ -340,7 +340,7 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
-	if (pg->heap_pos == MD__NO_HEAP || !md__index_live(h, e))
+	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
 		return;
 	struct md__seq *s = &e->seqs[pg->seq];
 	double key;
@@ -351,7 +351,7 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 	} else {
 		return; /* h2o: only grows; recency, random: fixed */
 	}
-	if (key < s->heap[pg->heap_pos].key)
+	if (key < s->heap[e->hpos[slot]].key)
 		md__heap_lower_key(e, s, slot, key);
 	/* a higher bound is left lazy: the decision refreshes it when it surfaces */
 }

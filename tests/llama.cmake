@@ -1,0 +1,42 @@
+# tests/llama.cmake — the llama.cpp adapter on the real model (MEMDECAY_LLAMA=ON).
+# The model path comes from MEMDECAY_LLAMA_MODEL (cache or environment) or
+# from .deps/llama.env, written by scripts/setup_llama.sh.
+if(NOT MEMDECAY_LLAMA OR NOT TARGET md_llama)
+  return()
+endif()
+
+set(MEMDECAY_LLAMA_MODEL "$ENV{MEMDECAY_LLAMA_MODEL}" CACHE FILEPATH "GGUF model for the llama tests")
+if(NOT MEMDECAY_LLAMA_MODEL AND EXISTS "${PROJECT_SOURCE_DIR}/.deps/llama.env")
+  file(STRINGS "${PROJECT_SOURCE_DIR}/.deps/llama.env" _md_env REGEX "^MEMDECAY_LLAMA_MODEL=")
+  string(REGEX REPLACE "^MEMDECAY_LLAMA_MODEL=" "" _md_model "${_md_env}")
+  set(MEMDECAY_LLAMA_MODEL "${_md_model}" CACHE FILEPATH "GGUF model for the llama tests" FORCE)
+endif()
+if(NOT EXISTS "${MEMDECAY_LLAMA_MODEL}")
+  message(WARNING "llama tests: no model (run scripts/setup_llama.sh); tests not registered")
+  return()
+endif()
+
+add_executable(check_llama ${CMAKE_CURRENT_LIST_DIR}/check_llama.c)
+target_link_libraries(check_llama PRIVATE md_llama PkgConfig::CHECK)
+set_target_properties(check_llama PROPERTIES BUILD_RPATH "${MD_LLAMA_LIBDIR}")
+
+set(_md_llama_env "MEMDECAY_LLAMA_MODEL=${MEMDECAY_LLAMA_MODEL}")
+if(TARGET memdecayd)
+  list(APPEND _md_llama_env "MEMDECAYD=$<TARGET_FILE:memdecayd>")
+endif()
+# One ctest entry per case, so a failure names the behaviour.
+foreach(case transparency cell_map eviction fail_open reattach labels)
+  add_test(NAME llama_${case} COMMAND check_llama)
+  set_tests_properties(llama_${case} PROPERTIES
+    ENVIRONMENT "${_md_llama_env};MD_LLAMA_TEST=${case};CK_DEFAULT_TIMEOUT=240"
+    LABELS "llama" TIMEOUT 300)
+endforeach()
+
+# The agent end to end: fail-open with no daemon, and a daemon killed mid-trace.
+if(TARGET memdecay-agent)
+  add_test(NAME llama_agent_fail_open
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/agent_fail_open.sh
+            $<TARGET_FILE:memdecay-agent> "${MEMDECAY_LLAMA_MODEL}"
+            ${PROJECT_SOURCE_DIR}/examples/agent_trace.jsonl)
+  set_tests_properties(llama_agent_fail_open PROPERTIES LABELS "llama" TIMEOUT 600)
+endif()
