@@ -30,7 +30,7 @@ extern "C" {
 /* "MEMDCAY1" read as a little-endian u64. */
 #define MD_ABI_MAGIC 0x31594143444d454dULL
 #define MD_ABI_MAJOR 1u
-#define MD_ABI_MINOR 0u
+#define MD_ABI_MINOR 1u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport */
 
 #define MD_PAGE_TOKENS_MAX 16u      /* a page's labels fit in one u64 (4 bits each) */
 #define MD_PAGE_TOKENS_DEFAULT 16u
@@ -89,7 +89,8 @@ struct md_engine_offsets {
 	uint64_t page_table;  /* struct md_page_entry[page_capacity] */
 	uint64_t seq_clock;   /* uint64_t[max_seqs] */
 	uint64_t stats_ring;  /* struct md_stats_rec[stats_capacity] */
-	uint64_t resv[4];
+	uint64_t cuda_ring_export; /* 1.1: struct mdk_cuda_ring_export (engine-written), 0 = none */
+	uint64_t resv[3];
 };
 
 struct md_daemon_offsets {
@@ -286,6 +287,7 @@ struct md_cmd {
 
 /* ---- layout checks: any change here is an ABI change ---- */
 _Static_assert(sizeof(struct md_engine_offsets) == 64, "engine offsets");
+_Static_assert(offsetof(struct md_engine_offsets, cuda_ring_export) == 32, "cuda export offset");
 _Static_assert(sizeof(struct md_daemon_offsets) == 64, "daemon offsets");
 _Static_assert(sizeof(struct md_segment_header) == 160, "segment header");
 _Static_assert(offsetof(struct md_segment_header, off) == 64, "offsets table");
@@ -308,9 +310,17 @@ static inline uint64_t md__align_up(uint64_t v, uint64_t a)
 	return (v + a - 1) & ~(a - 1);
 }
 
-/* Layout of an engine segment for the given geometry; returns its size. */
-static inline uint64_t md_engine_layout(uint32_t page_capacity, uint32_t max_seqs,
-					uint32_t stats_capacity, struct md_engine_offsets *off)
+/* The CUDA IPC ring's export record (kernels/include/md_cuda_ring.h) that a
+ * stats_transport=cuda engine writes, magic last, into its engine segment. */
+#define MD_CUDA_RING_EXPORT_SIZE 192u
+#define MD_ENGINE_LAYOUT_CUDA_EXPORT 1u
+
+/* Layout of an engine segment for the given geometry; returns its size.
+ * flags MD_ENGINE_LAYOUT_CUDA_EXPORT: room for the CUDA ring export record
+ * after the stats ring (a page of its own, cache-line aligned). */
+static inline uint64_t md_engine_layout_ex(uint32_t page_capacity, uint32_t max_seqs,
+					   uint32_t stats_capacity, uint32_t flags,
+					   struct md_engine_offsets *off)
 {
 	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
 	off->ctrl = o;
@@ -321,9 +331,20 @@ static inline uint64_t md_engine_layout(uint32_t page_capacity, uint32_t max_seq
 	o = md__align_up(o + (uint64_t)max_seqs * sizeof(uint64_t), MD_CACHELINE);
 	off->stats_ring = o;
 	o = md__align_up(o + (uint64_t)stats_capacity * sizeof(struct md_stats_rec), 4096);
-	for (int i = 0; i < 4; i++)
+	off->cuda_ring_export = 0;
+	if (flags & MD_ENGINE_LAYOUT_CUDA_EXPORT) {
+		off->cuda_ring_export = o;
+		o = md__align_up(o + MD_CUDA_RING_EXPORT_SIZE, 4096);
+	}
+	for (int i = 0; i < 3; i++)
 		off->resv[i] = 0;
 	return o;
+}
+
+static inline uint64_t md_engine_layout(uint32_t page_capacity, uint32_t max_seqs,
+					uint32_t stats_capacity, struct md_engine_offsets *off)
+{
+	return md_engine_layout_ex(page_capacity, max_seqs, stats_capacity, 0, off);
 }
 
 static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_offsets *off)
@@ -350,7 +371,7 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
  * Engine attach:
  *   HELLO abi=1.0 name=NAME page_tokens=P page_capacity=N max_seqs=S
  *         [tp_rank=R tp_size=T] [policy=NAME] [budget_pages=N]
- *         [budget_sequence_tokens=N] [weight=W]\n
+ *         [budget_sequence_tokens=N] [weight=W] [stats_transport=host|cuda]\n
  *   reply: "OK engine_id=E instance=I\n" carrying four fds by SCM_RIGHTS in
  *          this order: engine segment, daemon segment, doorbell to daemon,
  *          doorbell to engine; or "ERR <message>\n".

@@ -18,7 +18,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#include "calib_daemon.h"
 #include "ctl_parse.h"
+#include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
 
@@ -104,6 +106,8 @@ static void engine_free(struct md__engine *e)
 	for (int i = 0; i < 4; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	md__cuda_transport_close(e);
+	md__calib_tracker_free(e->calib);
 	free(e->pending);
 	free(e->resync_buf);
 	free(e->resync_clocks);
@@ -168,6 +172,11 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 			return -EINVAL;
 		}
 	}
+	if (hello.stats_transport == MD__STATS_CUDA &&
+	    md__cuda_transport_admit(err, sizeof(err)) < 0) {
+		refuse(d, c, err);
+		return -ENOTSUP;
+	}
 	opts.budget_engine_pages = hello.budget_pages;
 	opts.budget_sequence_tokens = hello.budget_sequence_tokens;
 	opts.weight = hello.weight;
@@ -195,7 +204,12 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 
 	struct md_engine_offsets eoff;
 	struct md_daemon_offsets doff;
-	e->eseg_size = md_engine_layout(e->page_capacity, e->max_seqs, e->stats_capacity, &eoff);
+	e->stats_transport = hello.stats_transport;
+	e->eseg_size = md_engine_layout_ex(e->page_capacity, e->max_seqs, e->stats_capacity,
+					   e->stats_transport == MD__STATS_CUDA
+						   ? MD_ENGINE_LAYOUT_CUDA_EXPORT : 0,
+					   &eoff);
+	e->cuda_export_off = eoff.cuda_ring_export;
 	e->dseg_size = md_daemon_layout(e->cmd_capacity, &doff);
 
 	const char *step = "memfd";
@@ -318,6 +332,7 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	d->n_engines++;
 	d->attaches++;
 	d->dirty = 1;
+	md__calib_engine_attached(d, e);
 	md__info("engine %u (%s) attached: pid %d uid %u page_tokens %u page_capacity %u "
 		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
 		 e->id, e->name, (int)e->pid, (unsigned)e->uid, e->page_tokens, e->page_capacity,
@@ -352,6 +367,7 @@ void md__engine_detach(struct md__daemon *d, struct md__engine *e, int reason, c
 		 (unsigned long long)e->records, (unsigned long long)e->cmds_sent,
 		 (unsigned long long)e->violations);
 	md__host_engine_remove(d->host, e->id);
+	md__calib_engine_detached(d, e);
 	md__loop_unwatch(d->loop, e->bell_w);
 	if (e->conn) {
 		struct md__conn *c = e->conn;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
@@ -408,12 +409,14 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	if (r->json) {
 		md__sbuf_printf(b, "{\"daemon\":{\"instance\":%llu,\"backend\":\"%s\",\"uptime_s\":%.3f,"
 				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
-				   "\"connections\":%d,\"connections_refused\":%llu,\"iterations\":%llu,"
+				   "\"connections\":%d,\"connections_refused\":%llu,\"connections_evicted\":%llu,"
+				   "\"iterations\":%llu,"
 				   "\"sleeps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
 				(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
 				d->n_engines, (unsigned long long)d->attaches,
 				(unsigned long long)d->attach_refused, d->n_conns,
-				(unsigned long long)d->conns_refused, (unsigned long long)d->iterations,
+				(unsigned long long)d->conns_refused,
+				(unsigned long long)d->conns_evicted, (unsigned long long)d->iterations,
 				(unsigned long long)d->sleeps, (unsigned long long)d->reloads,
 				(unsigned long long)d->reload_failures);
 		for (int k = 0; k < MD__DETACH_COUNT; k++)
@@ -650,10 +653,7 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 		case MD__CTL_TOP: rc = cmd_top(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_METRICS: rc = cmd_metrics(d, &body); break;
 		case MD__CTL_SAVE: rc = cmd_save(d, &r, &body, err, sizeof(err)); break;
-		case MD__CTL_CALIBRATE:
-			snprintf(err, sizeof(err), "calibrate is not available in this memdecayd yet");
-			rc = -ENOSYS;
-			break;
+		case MD__CTL_CALIBRATE: rc = md__calib_control(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_PING:
 			md__sbuf_printf(&body, r.json ? "{\"instance\":%llu,\"backend\":\"%s\"}\n"
 						       : "pong instance=%llu backend=%s\n",

@@ -118,7 +118,7 @@ int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t e
 	out->tp_size = 1;
 
 	enum { F_ABI = 1, F_NAME = 2, F_PT = 4, F_PC = 8, F_MS = 16, F_RANK = 32, F_SIZE = 64,
-	       F_POL = 128, F_BP = 256, F_BST = 512, F_W = 1024 };
+	       F_POL = 128, F_BP = 256, F_BST = 512, F_W = 1024, F_ST = 2048 };
 	unsigned seen = 0;
 	char *save = NULL;
 	char *tok = strtok_r(buf, " \t", &save);
@@ -212,6 +212,17 @@ int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t e
 				return -EINVAL;
 			}
 			out->weight = w;
+		} else if (!strcmp(k, "stats_transport")) {
+			bit = F_ST;
+			if (!strcmp(v, "host")) {
+				out->stats_transport = 0;
+			} else if (!strcmp(v, "cuda")) {
+				out->stats_transport = 1;
+			} else {
+				snprintf(err, errlen, "HELLO field stats_transport=%.32s: want host or cuda",
+					 v);
+				return -EINVAL;
+			}
 		} else {
 			/* A newer minor version may add fields; this one may not invent them. */
 			if ((seen & F_ABI) && out->abi_minor > MD_ABI_MINOR)

@@ -28,6 +28,7 @@ struct md__hello {
 	int64_t budget_pages;     /* -1 = config */
 	int64_t budget_sequence_tokens;
 	double weight;            /* 1.0 default */
+	int stats_transport;      /* 0 host shared memory (default), 1 cuda (ABI 1.1) */
 };
 
 /* Parses and validates a whole HELLO line (without the newline).  Returns 0,

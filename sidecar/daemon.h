@@ -41,6 +41,9 @@ enum md__detach_reason {
 const char *md__detach_reason_name(int r);
 
 struct md__engine;
+struct md__calib_tracker;
+struct md__calib_daemon;
+struct mdk_cuda_ring_reader;
 
 struct md__conn {
 	struct md__daemon *d;
@@ -98,6 +101,12 @@ struct md__engine {
 	uint64_t resyncs, resync_pages, resync_pages_skipped, cmds_sent, cmd_ring_full;
 	uint64_t doorbells;
 	int detaching;
+	/* calibration (calib_daemon.c) and the optional CUDA stats ring (cuda_transport.c) */
+	struct md__calib_tracker *calib;
+	int stats_transport;               /* enum md__stats_transport */
+	uint64_t cuda_export_off;          /* private copy of off.engine.cuda_ring_export */
+	struct mdk_cuda_ring_reader *cuda_rd;
+	struct md_stats_rec *cuda_buf;
 };
 
 struct md__daemon {
@@ -123,7 +132,8 @@ struct md__daemon {
 	uint64_t start_ns;
 	uint64_t iterations, sleeps;
 	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
-	uint64_t conns_refused, ctl_requests, ctl_errors, reloads, reload_failures;
+	uint64_t conns_refused, conns_evicted, ctl_requests, ctl_errors, reloads, reload_failures;
+	struct md__calib_daemon *calib;    /* calib_daemon.c */
 };
 
 /* attach.c */
@@ -140,6 +150,11 @@ void md__engines_tick(struct md__daemon *d, uint64_t now_ns);
 void md__engine_publish_params(struct md__daemon *d, struct md__engine *e);
 void md__engines_publish_params(struct md__daemon *d);
 void md__engine_drop_pending(struct md__engine *e);
+/* One record copied out of a stats ring (host or CUDA): counted, validated by
+ * the host, observed for calibration.  Returns 0, or -1 if it got the engine
+ * detached. */
+int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
+			  const struct md_stats_rec *rec);
 
 /* control.c */
 /* Runs one operator request; fills reply with the full framed reply. */

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calib_daemon.h"
+#include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
 
@@ -166,6 +168,7 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 {
 	e->last_resync_request = request;
 	e->resyncs++;
+	md__calib_engine_resync(d, e);
 	/* Whatever the ring holds now is older than the page table we read next. */
 	int64_t avail = md_ring_available(&e->stats);
 	if (avail > 0)
@@ -207,6 +210,18 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 		  (unsigned long long)skipped);
 }
 
+/* After a resync, records already in flight may describe changes the page
+ * table showed (a reopened slot, a step that does not advance, a free of a
+ * page already gone): those rejections are forgiven for a while.  A record no
+ * correct engine ever writes (unknown type, slot past capacity, bad mass,
+ * unknown region) is a violation even then, or an engine could buy unlimited
+ * forgiveness by bumping resync_request. */
+static int race_possible(int reason)
+{
+	return reason != MD__REJ_TYPE && reason != MD__REJ_SLOT && reason != MD__REJ_MASS &&
+	       reason != MD__REJ_REGION;
+}
+
 /* Ingests up to one batch.  Returns records consumed, or -1 if detached. */
 static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 {
@@ -229,26 +244,36 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 				return -1;
 			continue;
 		}
-		e->records++;
-		int rc = md__host_ingest(d->host, e->id, &rec);
-		if (rc < 0) {
-			int reason = -rc < MD__REJ_COUNT ? -rc : 0;
-			e->rejected[reason]++;
-			md__debug("engine %u (%s): record type %u seq %u slot %u gen %u rejected: %s",
-				  e->id, e->name, rec.type, rec.seq, rec.slot, rec.gen,
-				  md__reject_name(reason));
-			if (e->violation_grace) {
-				e->violation_grace--;
-			} else if (violation(d, e, md__reject_name(reason))) {
-				return -1;
-			}
-		} else if (e->violation_grace) {
-			e->violation_grace--;
-		}
+		if (md__engine_ingest_rec(d, e, &rec) < 0)
+			return -1;
 	}
 	if (avail)
 		md_ring_release(&e->stats);
 	return avail;
+}
+
+int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
+			  const struct md_stats_rec *rec)
+{
+	e->records++;
+	int rc = md__host_ingest(d->host, e->id, rec);
+	if (rc < 0) {
+		int reason = -rc < MD__REJ_COUNT ? -rc : 0;
+		e->rejected[reason]++;
+		md__debug("engine %u (%s): record type %u seq %u slot %u gen %u rejected: %s",
+			  e->id, e->name, rec->type, rec->seq, rec->slot, rec->gen,
+			  md__reject_name(reason));
+		if (e->violation_grace && race_possible(reason)) {
+			e->violation_grace--;
+		} else if (violation(d, e, md__reject_name(reason))) {
+			return -1;
+		}
+		return 0;
+	}
+	if (e->violation_grace)
+		e->violation_grace--;
+	md__calib_observe(d, e, rec);
+	return 0;
 }
 
 static void decide(struct md__daemon *d)
@@ -284,6 +309,12 @@ int md__engines_service(struct md__daemon *d)
 		int64_t n = ingest(d, e);
 		if (n < 0)
 			continue; /* detached */
+		if (e->stats_transport == MD__STATS_CUDA) {
+			int nc = md__cuda_transport_service(d, e);
+			if (nc < 0)
+				continue; /* detached */
+			n += nc;
+		}
 		if (n > 0) {
 			work = 1;
 			d->dirty = 1;
@@ -296,6 +327,7 @@ int md__engines_service(struct md__daemon *d)
 	for (e = d->engines; e; e = e->next)
 		if (e->pending_len && flush_commands(e))
 			work = 1;
+	md__calib_flush(d, 0);
 	return work;
 }
 
@@ -321,6 +353,7 @@ void md__engines_tick(struct md__daemon *d, uint64_t now)
 {
 	struct md__engine *e = d->engines, *next;
 	uint64_t timeout_ns = (uint64_t)d->params.heartbeat_timeout_ms * 1000000ull;
+	md__calib_flush(d, 1);
 	for (; e; e = next) {
 		next = e->next;
 		md_store_relaxed(&e->dctrl->heartbeat_ns, now);

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "ctl_calibrate.h"
 #include "ctl_parse.h"
 #include "memdecay_abi.h"
 
@@ -33,6 +34,9 @@ static void usage(FILE *f)
 		"  top N [--engine E]                the N lowest-scored evictable pages, with score terms\n"
 		"  metrics                           Prometheus text format\n"
 		"  save [FILE]                       write the configuration (default: the --config file)\n"
+		"  calibrate [--apply] [--from FILE [--grace-steps N]]\n"
+		"                                    per-region attention half-lives and lambda = ln2/h;\n"
+		"                                    --apply sets them, --from reads a memdecayd --journal\n"
 		"  ping                              check the daemon answers\n\n"
 		"exit status: 0 ok, 1 the daemon refused the request, 2 usage error, 3 daemon unreachable\n");
 }
@@ -84,13 +88,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "memdecayctl: default socket path too long (use --socket)\n");
 		return EXIT_USAGE;
 	}
+	char **args = argv + optind;
+	int nargs = argc - optind;
+	if (!strcmp(args[0], "calibrate")) {
+		int rc = md__ctl_calibrate(nargs, args, json, &args, &nargs);
+		if (rc >= 0)
+			return rc;
+	}
 	char line[MD_CTL_LINE_MAX + 2];
 	size_t len = 0;
-	for (int i = optind; i < argc; i++) {
-		size_t al = strlen(argv[i]);
-		if (!al || strpbrk(argv[i], " \t\r\n") || !md__ctl_text_ok(argv[i], al)) {
+	for (int i = 0; i < nargs; i++) {
+		size_t al = strlen(args[i]);
+		if (!al || strpbrk(args[i], " \t\r\n") || !md__ctl_text_ok(args[i], al)) {
 			fprintf(stderr, "memdecayctl: argument '%s' must be non-empty printable text without blanks\n",
-				argv[i]);
+				args[i]);
 			return EXIT_USAGE;
 		}
 		if (len + al + 16 > MD_CTL_LINE_MAX) {
@@ -99,7 +110,7 @@ int main(int argc, char **argv)
 		}
 		if (len)
 			line[len++] = ' ';
-		memcpy(line + len, argv[i], al);
+		memcpy(line + len, args[i], al);
 		len += al;
 	}
 	if (json) {
@@ -121,7 +132,20 @@ int main(int argc, char **argv)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			fprintf(stderr, "memdecayctl: sending to %s: %s\n", path, strerror(errno));
+			/* The daemon may have refused us at once (permissions, limits)
+			 * and closed: its ERR line is still ours to read. */
+			int serr = errno;
+			char rb[512];
+			ssize_t got = recv(fd, rb, sizeof(rb) - 1, MSG_DONTWAIT);
+			if (got > 4 && !strncmp(rb, "ERR ", 4)) {
+				rb[got] = 0;
+				char *nl = strchr(rb, '\n');
+				if (nl)
+					*nl = 0;
+				fprintf(stderr, "memdecayctl: %s\n", rb + 4);
+				return EXIT_ERR;
+			}
+			fprintf(stderr, "memdecayctl: sending to %s: %s\n", path, strerror(serr));
 			return EXIT_UNREACHABLE;
 		}
 		off += (size_t)n;

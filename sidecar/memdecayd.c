@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <sys/random.h>
 
+#include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
@@ -31,6 +32,9 @@ static void usage(FILE *f)
 		"  --socket-group GROUP also accept peers of GROUP (socket 0660, directory 0750)\n"
 		"  --foreground         do not detach from the terminal\n"
 		"  --log-level L        error, warn, info (default) or debug\n"
+		"  --journal FILE       record a stats journal for offline calibration (truncates FILE)\n"
+		"  --journal-max-bytes N  stop recording at N bytes (default 1 GiB)\n"
+		"  --calib-grace-steps N  steps without refresh that end a token's attention (default 32)\n"
 		"  --help               this text\n"
 		"  --version            print the version and ABI\n\n"
 		"exit status: 0 clean stop, 1 runtime error (socket busy, bad config ...), 2 usage error\n");
@@ -47,15 +51,19 @@ int main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "journal", required_argument, NULL, 'J' },
+		{ "journal-max-bytes", required_argument, NULL, 'M' },
+		{ "calib-grace-steps", required_argument, NULL, 'G' },
 		{ 0 },
 	};
 	static struct md__daemon daemon_state;
 	struct md__daemon *d = &daemon_state;
 	d->listen_fd = d->signal_fd = -1;
-	const char *socket_arg = NULL, *group_arg = NULL;
+	const char *socket_arg = NULL, *group_arg = NULL, *journal_arg = NULL;
+	uint64_t journal_max = MD__JOURNAL_MAX_DEFAULT, grace = MD__CALIB_GRACE_DEFAULT;
 	enum md__loop_backend backend = MD__LOOP_AUTO;
 	int foreground = 0, c;
-	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hVJ:M:G:", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket_arg = optarg; break;
 		case 'c':
@@ -81,6 +89,22 @@ int main(int argc, char **argv)
 		case 'l':
 			if ((md__log_threshold = md__log_level_from_name(optarg)) < 0) {
 				fprintf(stderr, "memdecayd: --log-level '%s': want error, warn, info or debug\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'J': journal_arg = optarg; break;
+		case 'M':
+			if (md__parse_u64(optarg, &journal_max) < 0 ||
+			    journal_max < sizeof(struct md__journal_header)) {
+				fprintf(stderr, "memdecayd: --journal-max-bytes '%s': want an integer >= %zu\n",
+					optarg, sizeof(struct md__journal_header));
+				return 2;
+			}
+			break;
+		case 'G':
+			if (md__parse_u64(optarg, &grace) < 0 || grace < 1 || grace > 1000000) {
+				fprintf(stderr, "memdecayd: --calib-grace-steps '%s': want 1..1000000\n",
 					optarg);
 				return 2;
 			}
@@ -134,6 +158,10 @@ int main(int argc, char **argv)
 			d->instance_id = md__now_ns() ^ ((uint64_t)getpid() << 32);
 	}
 	d->start_ns = md__now_ns();
+	if (md__calib_daemon_init(d, journal_arg, journal_max, (uint32_t)grace, err, sizeof(err)) < 0) {
+		md__err("%s", err);
+		return 1;
+	}
 
 	int why = 0;
 	d->loop = md__loop_new(backend, &why);
@@ -170,6 +198,7 @@ int main(int argc, char **argv)
 		 md__loop_backend_name(d->loop), md__policy_name(d->params.policy), (int)getpid());
 	md__server_run(d);
 	md__server_shutdown(d);
+	md__calib_daemon_free(d);
 	md__host_free(d->host);
 	md__loop_free(d->loop);
 	md__info("memdecayd stopped");

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -231,16 +232,6 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		close(fd);
 		return;
 	}
-	if (d->n_conns >= MD__CONN_MAX) {
-		static const char msg[] = "ERR too many connections to memdecayd\n";
-		d->conns_refused++;
-		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-		(void)ignored;
-		close(fd);
-		md__warn("connection from pid %d refused: %d connections open", (int)cred.pid,
-			 d->n_conns);
-		return;
-	}
 	if (!peer_allowed(d, cred.uid, cred.gid)) {
 		static const char msg[] = "ERR permission denied: peer is not the daemon's user or group\n";
 		d->conns_refused++;
@@ -249,6 +240,35 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		close(fd);
 		md__warn("connection from pid %d uid %u gid %u refused: not our user or group",
 			 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+		return;
+	}
+	if (d->n_conns >= MD__CONN_MAX) {
+		/* Full: make room by closing the oldest operator connection (least
+		 * recent request), so a flood of idle or half-open connections
+		 * cannot lock the operator out.  Engine connections are never
+		 * closed for this. */
+		struct md__conn *old = NULL;
+		for (struct md__conn *k = d->conns; k; k = k->next)
+			if (!k->engine && (!old || k->opened_ns <= old->opened_ns))
+				old = k;
+		if (old) {
+			static const char bye[] = "ERR connection limit: closing the oldest idle connection\n";
+			ssize_t ignored = send(old->fd, bye, sizeof(bye) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			(void)ignored;
+			d->conns_evicted++;
+			md__debug("connection limit: closed the oldest control connection (pid %d)",
+				  (int)old->pid);
+			md__conn_close(d, old);
+		}
+	}
+	if (d->n_conns >= MD__CONN_MAX) {
+		static const char msg[] = "ERR too many connections to memdecayd\n";
+		d->conns_refused++;
+		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)ignored;
+		close(fd);
+		md__warn("connection from pid %d refused: %d connections open", (int)cred.pid,
+			 d->n_conns);
 		return;
 	}
 	struct md__conn *c = calloc(1, sizeof(*c));
@@ -401,26 +421,40 @@ int md__server_listen(struct md__daemon *d, char *err, size_t errlen)
 		}
 	}
 
-	/* Another daemon on this path?  A stale file (nobody listening) is removed. */
-	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (probe < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	int cerr;
-	if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		/* Connecting is not answering: a killed io_uring daemon's listener can
-		 * outlive it briefly (its ring still holds an accept).  Ask. */
-		if (probe_answers(probe)) {
+	/* Another daemon on this path?  A stale file (nobody listening) is removed.
+	 * A connect that succeeds is not proof of a live daemon: right after a
+	 * kill -9 the dead one's listening socket can accept for a moment (its
+	 * io_uring is torn down asynchronously), then resets what it queued.  So
+	 * the probe asks for a pong, retries a socket that does not answer, and
+	 * replaces it if it still does not answer after ~1 s of retries. */
+	int cerr = 0;
+	for (int attempt = 0;; attempt++) {
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe < 0) {
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			return -errno;
+		}
+		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			cerr = errno;
 			close(probe);
+			break;
+		}
+		int answers = probe_answers(probe);
+		close(probe);
+		if (answers) {
 			snprintf(err, errlen, "another memdecayd is already answering on %s", path);
 			return -EADDRINUSE;
 		}
-		cerr = ECONNREFUSED;
-	} else {
-		cerr = errno;
+		if (attempt >= 20) {
+			/* accepts but never answers: not a working daemon */
+			md__warn("%s accepts connections but does not answer ping: replacing it", path);
+			cerr = ECONNREFUSED;
+			break;
+		}
+		/* EOF or reset: a dying listener; wait for it to go */
+		struct timespec ts = { 0, 50 * 1000000L };
+		nanosleep(&ts, NULL);
 	}
-	close(probe);
 	if (cerr == ECONNREFUSED) {
 		md__info("removing stale socket %s", path);
 		if (unlink(path) < 0 && errno != ENOENT) {

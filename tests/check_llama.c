@@ -459,6 +459,48 @@ START_TEST(test_eviction_budget)
 }
 END_TEST
 
+/* 3b. Two sequences in one context, each its own page set under the same daemon. */
+START_TEST(test_eviction_two_sequences)
+{
+	struct daemon d;
+	daemon_start(&d);
+	struct md_llama_config cfg;
+	md_llama_config_init(&cfg);
+	cfg.socket_path = d.sock;
+	cfg.policy = "memdecay";
+	cfg.budget_sequence_tokens = 96;
+	cfg.max_seqs = 2;
+	struct rig r;
+	rig_open(&r, &cfg, 1024, 2);
+	for (llama_seq_id s = 0; s < 2; s++)
+		feed_text(&r, s, k_system, MD_REGION_SYSTEM);
+	uint32_t n;
+	llama_token *t = tokenize("<|im_start|>user\nWhich tram goes to Alfama?<|im_end|>\n", &n);
+	uint8_t reg[64];
+	memset(reg, MD_REGION_USER, sizeof(reg));
+	for (int round = 0; round < 30; round++) {
+		for (llama_seq_id s = 0; s < 2; s++) {
+			ck_assert_int_eq(md_llama_decode(r.ad, s, t, reg, n, 0), 0);
+			ck_assert_uint_le(md_llama_live_tokens(r.ad, s), 96 + 16);
+		}
+	}
+	struct md_llama_stats st;
+	md_llama_get_stats(r.ad, &st);
+	ck_assert_int_eq(st.attached, 1);
+	ck_assert_uint_eq(st.evictions_by_region[MD_REGION_SYSTEM], 0);
+	for (llama_seq_id s = 0; s < 2; s++) {
+		llama_pos next = md_llama_pos_next(r.ad, s);
+		/* both sequences were trimmed: far more fed than live */
+		ck_assert_uint_lt(md_llama_live_tokens(r.ad, s), (uint32_t)next - 100);
+		ck_assert_int_eq(llama_memory_seq_pos_max(llama_get_memory(r.ctx), s), next - 1);
+		ck_assert_int_eq(md_llama_token_region(r.ad, s, 0), MD_REGION_SYSTEM);
+	}
+	free(t);
+	rig_close(&r);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* 4a. No daemon at all: decoding goes on, detached. */
 START_TEST(test_fail_open_no_daemon)
 {
@@ -621,6 +663,7 @@ static Suite *llama_suite(void)
 		{"transparency", test_transparency},
 		{"cell_map", test_cell_map_truth},
 		{"eviction", test_eviction_budget},
+		{"two_sequences", test_eviction_two_sequences},
 		{"fail_open", test_fail_open_no_daemon},
 		{"reattach", test_fail_open_kill_reattach},
 		{"labels", test_labels},

@@ -25,12 +25,18 @@ if(TARGET memdecayd)
   list(APPEND _md_llama_env "MEMDECAYD=$<TARGET_FILE:memdecayd>")
 endif()
 # One ctest entry per case, so a failure names the behaviour.
-foreach(case transparency cell_map eviction fail_open reattach labels)
+foreach(case transparency cell_map eviction two_sequences fail_open reattach labels)
   add_test(NAME llama_${case} COMMAND check_llama)
   set_tests_properties(llama_${case} PROPERTIES
     ENVIRONMENT "${_md_llama_env};MD_LLAMA_TEST=${case};CK_DEFAULT_TIMEOUT=240"
     LABELS "llama" TIMEOUT 300)
 endforeach()
+
+# The llama.cpp facts the adapter relies on, on this build.
+add_test(NAME llama_graph_facts
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/graph_probe.sh
+          $<TARGET_FILE:md_llama_graph_probe> "${MEMDECAY_LLAMA_MODEL}")
+set_tests_properties(llama_graph_facts PROPERTIES LABELS "llama" TIMEOUT 120)
 
 # The agent end to end: fail-open with no daemon, and a daemon killed mid-trace.
 if(TARGET memdecay-agent)

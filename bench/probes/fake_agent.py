@@ -22,6 +22,7 @@ def main():
     ap.add_argument("--budget-tokens", type=int, required=True)
     ap.add_argument("--socket")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
     lines = [json.loads(l) for l in open(a.trace) if l.strip()]
     msgs = [l for l in lines if "probe" not in l]

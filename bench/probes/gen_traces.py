@@ -90,12 +90,15 @@ def value_for(kind, rng):
 FACT_SENTENCE = {"name": "The {key}'s name is {value}."}
 QUESTION = {"name": "What is the {key}'s name?"}
 FACT_DEFAULT, QUESTION_DEFAULT = "The {key} is {value}.", "What is the {key}?"
-# Distractors carry values of the same kinds in other frames (never "The <key> is …"), so a probe
-# cannot be answered from them, but the model has to pick the right value out of several.
-DISTRACTORS = ["{name} visited the {place} office last spring.",
-               "There were {number} deliveries in March.",
-               "Last year {name} handled {number} complaints.",
-               "The old form used the reference {code} until 2019."]
+# Distractors name other keys without a value ("The gate code changes every month."): they pull
+# attention towards look-alike sentences, but no probe can be answered from them.  Distractors
+# that carried random values of the same kinds cut the full-cache ceiling of the long tier from
+# 10/16 to 6/16 on SmolLM2-135M, leaving almost nothing to score, so they carry none.
+DISTRACTORS = ["Note that the {key} changes every month.",
+               "Nobody has asked about the {key} yet.",
+               "The {key} was checked twice last week.",
+               "The old {key} is no longer valid."]
+
 
 FILLER = {
     "user": ["Thanks for the quick help earlier.", "The customer called again this morning.",
@@ -147,6 +150,8 @@ class Trace:
     def take_key(self, kind=None):
         kinds = [kind] if kind else list(KEYS)
         while True:
+            if all(key in self.used_keys for ks in KEYS.values() for key in ks):
+                raise RuntimeError("key pool exhausted: add keys or shorten the tier")
             k = self.rng.choice(kinds)
             free = [key for key in KEYS[k] if key not in self.used_keys]
             if free:
@@ -157,13 +162,14 @@ class Trace:
 
     def new_value(self, kind):
         # Unique in the trace, so a probe's answer can come from one place only.
-        while True:
+        for _ in range(10000):
             v = value_for(kind, self.rng)
             # Names share no first or last name, codes no prefix, with any other value.
             parts = set(re.split(r"[ -]", v))
             if not any(parts & set(re.split(r"[ -]", u)) for u in self.used_values):
                 self.used_values.add(v)
                 return v
+        raise RuntimeError(f"no unused {kind} value left: add values or shorten the tier")
 
     def new_fact(self, region, kind=None):
         key, k = self.take_key(kind)
@@ -175,8 +181,8 @@ class Trace:
         return fact
 
     def distractor(self):
-        frame = self.rng.choice(DISTRACTORS)
-        return frame.format(**{k: self.new_value(k) for k in KEYS if "{" + k + "}" in frame})
+        key, _ = self.take_key()
+        return self.rng.choice(DISTRACTORS).format(key=key)
 
     def filler(self, region, n):
         return self.rng.sample(FILLER.get(region, []), n)

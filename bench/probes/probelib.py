@@ -11,6 +11,8 @@ import os
 
 REGIONS = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
 POLICIES = ["random", "recency", "h2o", "memdecay", "memdecay-norm"]
+# Report order; "+nopin" rows ran with nothing pinned (the paper's baselines).
+REPORT_POLICIES = POLICIES + ["recency+nopin", "h2o+nopin", "random+nopin"]
 FULL = "full"  # the policy label of the full-cache (ceiling) run
 PINNED_DEFAULT = ("system",)
 

@@ -11,6 +11,7 @@ token count, which the full-cache run (budget 0, the ceiling) reports first.
     run.py --traces DIR   bring your own traces (DESIGN.md §5), any number of *.jsonl
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -30,10 +31,15 @@ from probelib import FULL  # noqa: E402
 
 PAGE_TOKENS = 16  # occupancy may exceed the budget by at most one page (DESIGN.md §7)
 
+# A policy entry "P+nopin" runs policy P with nothing pinned (memdecay.region.<r>.pinned=false for
+# the run, restored after): the paper's baselines pinned nothing, while our daemon pins system for
+# every policy.
+NOPIN = "+nopin"
+
 PRESETS = {
     # policies, budget fractions, short traces, long traces
     "quick": (["recency", "memdecay"], [0.5], 1, 0),
-    "full": (probelib.POLICIES, [0.25, 0.5, 0.75], 4, 4),
+    "full": (probelib.POLICIES + ["recency" + NOPIN], [0.25, 0.5, 0.75], 4, 4),
 }
 
 
@@ -44,11 +50,12 @@ def log(msg):
 def find_agent(explicit):
     if explicit:
         return explicit
-    for b in ("build", "build-release", "build-asan"):
-        p = os.path.join(ROOT, b, "bin", "memdecay-agent")
-        if os.access(p, os.X_OK):
-            return p
-    return shutil.which("memdecay-agent")
+    # build/ first, then the newest other build*/ (sanitizer builds last: they are slow).
+    found = [p for p in glob.glob(os.path.join(ROOT, "build*", "bin", "memdecay-agent"))
+             if os.access(p, os.X_OK)]
+    found.sort(key=lambda p: (os.path.basename(os.path.dirname(os.path.dirname(p))) != "build",
+                              "asan" in p, -os.path.getmtime(p)))
+    return found[0] if found else shutil.which("memdecay-agent")
 
 
 def read_env_file(path):
@@ -89,7 +96,8 @@ class Daemon:
         if os.path.exists(self.socket):
             os.unlink(self.socket)
         logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([self.binary, "--socket", self.socket] + self.extra,
+        self.proc = subprocess.Popen([self.binary, "--socket", self.socket, "--foreground",
+                                      "--log-level", "warn"] + self.extra,
                                      stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
         deadline = time.time() + 15
         while time.time() < deadline:
@@ -108,6 +116,23 @@ class Daemon:
             self.restarts += 1
             log(f"memdecayd died (rc {self.proc.returncode}); restarting: {self.tail_log()}")
             self.start()
+
+    def set_keys(self, pairs):
+        """memdecayctl set on this daemon; returns the previous values of the keys."""
+        ctl = os.path.join(os.path.dirname(self.binary), "memdecayctl")
+        before = {}
+        for k in pairs:
+            p = subprocess.run([ctl, "--socket", self.socket, "get", k], capture_output=True,
+                               text=True, timeout=10)
+            if p.returncode != 0:
+                raise RuntimeError(f"memdecayctl get {k}: {p.stderr.strip()}")
+            before[k] = p.stdout.strip().split("=", 1)[-1].strip()
+        p = subprocess.run([ctl, "--socket", self.socket, "set"] +
+                           [f"{k}={v}" for k, v in pairs.items()],
+                           capture_output=True, text=True, timeout=10)
+        if p.returncode != 0:
+            raise RuntimeError(f"memdecayctl set: {p.stderr.strip()}")
+        return before
 
     def tail_log(self, n=600):
         try:
@@ -179,9 +204,11 @@ def parse_agent_json(stdout):
 
 
 def run_agent(args, trace_path, policy, budget_tokens, socket):
+    policy = policy[:-len(NOPIN)] if policy.endswith(NOPIN) else policy
     cmd = list(args.agent_cmd) + ["--model", args.model, "--trace", trace_path,
                                   "--policy", policy if policy != FULL else args.full_policy,
-                                  "--budget-tokens", str(budget_tokens), "--json"]
+                                  "--budget-tokens", str(budget_tokens), "--json", "--quiet"]
+    cmd += args.agent_arg
     if socket:
         cmd += ["--socket", socket]
     t0 = time.time()
@@ -240,6 +267,8 @@ def main():
     ap.add_argument("--daemon", help="memdecayd binary (default: next to the agent)")
     ap.add_argument("--daemon-arg", action="append", default=[],
                     help="extra memdecayd argument (repeatable), e.g. --daemon-arg=--config=FILE")
+    ap.add_argument("--agent-arg", action="append", default=[],
+                    help="extra memdecay-agent argument (repeatable), e.g. --agent-arg=--threads=2")
     ap.add_argument("--no-daemon", action="store_true",
                     help="start no memdecayd and pass no --socket (the agent starts its own)")
     ap.add_argument("--policies", help="comma list (default: preset)")
@@ -254,6 +283,8 @@ def main():
     ap.add_argument("--full-policy", default="memdecay",
                     help="policy named to the agent for the budget-0 ceiling run")
     ap.add_argument("--report", action="store_true", help="write docs/results.md afterwards")
+    ap.add_argument("--skip-missing", action="store_true",
+                    help="exit 77 (ctest: skipped) when the agent or the model is not there")
     args = ap.parse_args()
 
     preset = "quick" if args.quick else "full"
@@ -270,15 +301,19 @@ def main():
     if args.fresh and os.path.exists(out):
         os.unlink(out)
 
+    missing = 77 if args.skip_missing else 2
     agent = find_agent(args.agent)
-    if not agent:
-        log("no memdecay-agent (build it, or pass --agent)")
-        return 2
-    args.agent_cmd = agent.split() if " " in agent else [agent]
+    args.agent_cmd = (agent.split() if " " in agent else [agent]) if agent else []
+    if not agent or not (os.access(args.agent_cmd[0], os.X_OK) or shutil.which(args.agent_cmd[0])):
+        log(f"no memdecay-agent ({agent or 'none found'}): build it, or pass --agent")
+        return missing
     args.model = find_model(args.model) or ""
+    if args.model and not os.path.exists(args.model):
+        log(f"model {args.model} not found")
+        return missing
     if not args.model and not args.agent:
         log("no model: pass --model or run scripts/setup_llama.sh (.deps/llama.env)")
-        return 2
+        return missing
 
     # Traces: given, or generated next to the output (deterministic by seed).
     if args.traces:
@@ -335,6 +370,14 @@ def main():
     t_start = time.time()
     prog = Progress(len(plan), n_done)
     try:
+        # A run killed mid-write leaves a line without its newline: end it, so the next record
+        # starts on its own line (load_runs skips the broken one and the run is redone).
+        if os.path.exists(out) and os.path.getsize(out):
+            with open(out, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                needs_nl = f.read(1) != b"\n"
+            if needs_nl:
+                open(out, "a").write("\n")
         outf = open(out, "a")
         for t, policy, frac in plan:
             k = key(t, policy, frac)
@@ -355,7 +398,19 @@ def main():
             if daemon:
                 daemon.ensure()
                 socket = daemon.socket
-            res, err, wall = run_agent(args, t["path"], policy, budget, socket)
+            restore = None
+            if policy.endswith(NOPIN):
+                if not daemon:
+                    failures.append(f"{label}: {NOPIN} needs the runner's own daemon")
+                    prog.step()
+                    continue
+                restore = daemon.set_keys({f"memdecay.region.{r}.pinned": "false"
+                                           for r in probelib.REGIONS})
+            try:
+                res, err, wall = run_agent(args, t["path"], policy, budget, socket)
+            finally:
+                if restore:
+                    daemon.set_keys(restore)
             tier = probelib.tier_of(t["name"], res["trace_tokens"] if res else 0)
             rec = {"key": k, "trace": t["name"], "trace_sha256": t["sha"], "model": model_tag,
                    "tier": tier, "policy": policy, "budget_fraction": frac,

@@ -84,6 +84,9 @@ struct md_llama {
 	struct md_params_view params;
 	int have_params;
 
+	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
+	int have_batch;
+
 	struct md_llama_stats st;
 	double live_weighted_sum;
 	uint64_t live_weight;
@@ -156,6 +159,8 @@ void md_llama_destroy(md_llama *a)
 			free(a->seqs[s].page_of);
 	}
 	free(a->seqs);
+	if (a->have_batch)
+		llama_batch_free(a->batch);
 	free(a->cell_seq);
 	free(a->cell_pos);
 	free(a->cell_page);
@@ -315,6 +320,8 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 		a->slot_to_page[i] = -1;
 	}
 	a->n_free_pages = a->page_cap;
+	a->batch = llama_batch_init((int32_t)a->n_ubatch, 0, 1);
+	a->have_batch = 1;
 
 	if (!a->cfg.attach)
 		return 0;
@@ -699,10 +706,12 @@ static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
 		}
 		return false;
 	}
+	uint64_t t0 = md__now_ns();
 	if (t->op == GGML_OP_SET_ROWS)
 		md__observe_kv_write(a, t);
 	else if (t->op == GGML_OP_SOFT_MAX)
 		md__observe_attention(a, t);
+	a->st.observe_ns += md__now_ns() - t0;
 	return true;  /* false would abort the graph */
 }
 
@@ -754,7 +763,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	struct md__seq *s = &a->seqs[seq];
 	llama_pos pos0 = s->pos_next;
 	if (tracked) {
+		uint64_t tw = md__now_ns();
 		md__budget_wait(a, seq, n);
+		a->st.budget_wait_ns += md__now_ns() - tw;
 		int rc = md__pages_append(a, seq, pos0, regions, n);
 		if (rc < 0)
 			return rc;
@@ -781,7 +792,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	a->cur_tracked = tracked;
 	a->cur_idx_seen = 0;
 	a->in_decode = 1;
+	uint64_t td = md__now_ns();
 	int rc = llama_decode(a->ctx, *b);
+	a->st.decode_ns += md__now_ns() - td;
 	while (rc == 1 && !a->attached && tracked && md__local_fallback(a, seq) == 0)
 		rc = llama_decode(a->ctx, *b);
 	a->in_decode = 0;
@@ -799,8 +812,10 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 		a->live_weight += n;
 		if (a->client)
 			md_seq_step(a->client, (uint32_t)seq, n);
+		uint64_t t0 = md__now_ns();
 		if (a->attached && a->cfg.capture_attention)
 			md__publish_attention(a, seq);
+		a->st.publish_ns += md__now_ns() - t0;
 		/* Commands wait for the tracked sequence's own step: a probe copy
 		 * shares its cells and must not see them vanish. */
 		md_llama_step(a);
@@ -816,7 +831,6 @@ int md_llama_decode(md_llama *a, llama_seq_id seq, const llama_token *tok,
 	if (!n)
 		return 0;
 	uint32_t cap = a->n_ubatch;
-	struct llama_batch b = llama_batch_init((int32_t)cap, 0, 1);
 	int rc = 0;
 	uint32_t done = 0;
 	while (done < n) {
@@ -832,13 +846,12 @@ int md_llama_decode(md_llama *a, llama_seq_id seq, const llama_token *tok,
 					k = in_page;
 			}
 		}
-		rc = md__decode_one(a, &b, seq, tok + done, regions ? regions + done : NULL, k,
+		rc = md__decode_one(a, &a->batch, seq, tok + done, regions ? regions + done : NULL, k,
 				    logits, done + k == n);
 		if (rc != 0)
 			break;
 		done += k;
 	}
-	llama_batch_free(b);
 	return rc;
 }
 

@@ -42,6 +42,14 @@ static inline int ent_less(const struct md__engine *e, const struct md__heap_ent
 	return a->slot < b->slot;
 }
 
+static inline void set_hint(struct md__engine *e, uint32_t slot, double key)
+{
+	float f = (float)key;
+	if ((double)f < key)
+		f = nextafterf(f, INFINITY);
+	e->pages[slot].key_hint = f;
+}
+
 static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t i,
 			      struct md__heap_ent ent)
 {
@@ -213,6 +221,7 @@ static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t 
 	if (s->heap_n >= s->heap_cap)
 		abort();
 	struct md__heap_ent ent = {.key = key, .slot = slot, .pad = 0};
+	set_hint(e, slot, key);
 	s->heap[s->heap_n] = ent;
 	e->hpos[slot] = s->heap_n;
 	s->heap_n++;
@@ -247,6 +256,7 @@ void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, 
 {
 	uint32_t i = e->hpos[slot];
 	s->heap[i].key = key;
+	set_hint(e, slot, key);
 	sift_up(e, s, i);
 }
 
@@ -345,6 +355,10 @@ struct scope {
 	size_t nd;
 	uint64_t nodecay;     /* unseen pages with no decay bound */
 	int turn;
+	int d_built;          /* decay heads are gathered only when key pops do not settle */
+	size_t pops;
+	const uint32_t *seqs;
+	size_t nseqs;
 	struct cand *b;
 	size_t nb, capb;
 };
@@ -470,6 +484,8 @@ static struct cand b_pop(struct scope *sc)
 }
 
 unsigned long md__dbg_pops, md__dbg_pops2;
+#define D_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
+static void d_build(struct scope *sc);
 #define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
 
 /* The scope's next eviction into *out; 0 when nothing is evictable.
@@ -485,7 +501,10 @@ static int scope_next(struct scope *sc, struct cand *out)
 		d_fix(sc);
 		if (sc->nt == 0)
 			break;
-		double dmin = (sc->nodecay || sc->nd == 0) ? 0.0 : exp(sc->d[0].v) * D_SHAVE;
+		if (!sc->d_built && sc->pops >= D_AFTER_POPS && sc->d && !sc->nodecay)
+			d_build(sc);
+		double dmin = (sc->nodecay || !sc->d_built || sc->nd == 0)
+				      ? 0.0 : exp(sc->d[0].v) * D_SHAVE;
 		double thr = sc->t[0].key + dmin;
 		if (sc->nb) {
 			const struct cand *b = &sc->b[0];
@@ -498,10 +517,11 @@ static int scope_next(struct scope *sc, struct cand *out)
 				break;
 		}
 		sc->turn ^= 1;
+		sc->pops++;
 		uint32_t q, slot;
 		struct md__seq *s;
 		struct md__score_in in;
-		if (sc->turn && sc->nd) {
+		if (sc->turn && sc->d_built && sc->nd) {
 			q = sc->d[0].seq;
 			s = &e->seqs[q];
 			slot = s->dheap[sc->d[0].cls][0].slot;
@@ -514,6 +534,7 @@ static int scope_next(struct scope *sc, struct cand *out)
 			double lb = sc->pol->lower_bound(&e->pages[slot], &in);
 			if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
 				s->heap[0].key = lb;
+				set_hint(e, slot, lb);
 				sift_down(e, s, 0);
 				continue;
 			}
@@ -526,7 +547,7 @@ static int scope_next(struct scope *sc, struct cand *out)
 				 .cls = e->dcls[slot]};
 		if (c.cls != MD__NO_CLASS)
 			c.g = s->dheap[c.cls][e->dheap_pos[slot]].key;
-		md__dbg_pops++; if (sc->turn && sc->nd) md__dbg_pops2++;
+		md__dbg_pops++; if (sc->turn && sc->d_built && sc->nd) md__dbg_pops2++;
 		if (b_push(sc, c))
 			break; /* out of memory: decide from what was seen */
 		if (e->dcls[slot] == MD__NO_CLASS)
@@ -551,6 +572,32 @@ static void scope_end(struct scope *sc)
 	sc->d = NULL;
 }
 
+
+static void d_build(struct scope *sc)
+{
+	struct md__engine *e = sc->e;
+	sc->d_built = 1;
+	sc->nd = 0;
+	if (!sc->d)
+		return;
+	for (size_t i = 0; i < sc->nseqs; i++) {
+		if (i + 8 < sc->nseqs) { /* thousands of cold heads: keep misses in flight */
+			const struct md__seq *f = &e->seqs[sc->seqs[i + 8]];
+			for (uint32_t c = 0; c < e->n_cls; c++)
+				if (f->dheap_n[c])
+					__builtin_prefetch(f->dheap[c]);
+		}
+		const struct md__seq *s = &e->seqs[sc->seqs[i]];
+		for (uint32_t c = 0; c < e->n_cls; c++)
+			if (s->dheap_n[c])
+				sc->d[sc->nd++] = (struct dhead){
+					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
+					sc->seqs[i], c};
+	}
+	for (size_t i = sc->nd / 2; i-- > 0;)
+		dh_sift_down(sc, i);
+}
+
 static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *e,
 		       const uint32_t *seqs, size_t nseqs)
 {
@@ -562,6 +609,10 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	sc->nb = 0;
 	sc->turn = 0;
 	sc->nodecay = 0;
+	sc->d_built = 0;
+	sc->pops = 0;
+	sc->seqs = seqs;
+	sc->nseqs = nseqs;
 	size_t need = nseqs * sizeof(struct head);
 	if (need > h->scratch_a_cap) {
 		void *na = realloc(h->scratch_a, need);
@@ -573,25 +624,28 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	sc->t = h->scratch_a;
 	sc->nt = 0;
 	sc->nd = 0;
-	sc->d = malloc((nseqs * (e->n_cls ? e->n_cls : 1)) * sizeof(struct dhead));
-	if (!sc->d)
-		return -1;
+	sc->d = NULL;
 	for (size_t i = 0; i < nseqs; i++) {
+		if (i + 8 < nseqs) {
+			const struct md__seq *f = &e->seqs[seqs[i + 8]];
+			if (f->heap_n)
+				__builtin_prefetch(f->heap);
+		}
+		if (i + 4 < nseqs) {
+			const struct md__seq *f = &e->seqs[seqs[i + 4]];
+			if (f->heap_n)
+				__builtin_prefetch(&e->pages[f->heap[0].slot]);
+		}
 		struct md__seq *s = &e->seqs[seqs[i]];
 		if (!s->heap_n)
 			continue;
 		sc->t[sc->nt++] = seq_head(e, seqs[i]);
 		sc->nodecay += s->nodecay;
-		for (uint32_t c = 0; c < e->n_cls; c++)
-			if (s->dheap_n[c])
-				sc->d[sc->nd++] = (struct dhead){
-					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
-					seqs[i], c};
 	}
 	for (size_t i = sc->nt / 2; i-- > 0;)
 		t_sift_down(sc, i);
-	for (size_t i = sc->nd / 2; i-- > 0;)
-		dh_sift_down(sc, i);
+	if (e->policy <= MD_POLICY_MEMDECAY_NORM && e->n_cls)
+		sc->d = malloc(nseqs * e->n_cls * sizeof(struct dhead));
 	return 0;
 }
 
@@ -650,7 +704,7 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 	uint64_t bpages = md__engine_page_budget(h, e, &reason);
 	if (bpages && e->pages_live > bpages && n < cap) {
 		uint64_t target = (uint64_t)floor(lw * (double)bpages);
-		/* every sequence with candidates: reuse scratch_a as the id list */
+		/* every sequence with candidates */
 		uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(uint32_t));
 		if (!ids)
 			return n;
@@ -658,15 +712,16 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 		for (uint32_t q = 0; q < e->max_seqs; q++)
 			if (e->seqs[q].heap_n)
 				ids[ns++] = q;
-		int rc = scope_begin(&sc, h, e, ids, ns);
-		free(ids);
-		if (rc)
+		if (scope_begin(&sc, h, e, ids, ns)) {
+			free(ids);
 			return n;
+		}
 		struct cand c;
 		while (n < cap && e->pages_live > target && scope_next(&sc, &c))
 			emit(h, e, &c, reason, &out[n++]);
 		scope_end(&sc);
 		scope_release(&sc);
+		free(ids);
 	}
 	return n;
 }

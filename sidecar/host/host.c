@@ -318,24 +318,13 @@ int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stat
 	return rc;
 }
 
-/* warm the lines an attention record will touch: page, heap position, heap entry */
-static inline void prefetch_far(const struct md__engine *e, const struct md_stats_rec *r)
+/* warm the lines an attention record will touch: its page, and its refresh
+ * clocks when it refreshes tokens (the heap is rarely touched: key_hint) */
+static inline void prefetch_rec(const struct md__engine *e, const struct md_stats_rec *r)
 {
 	if ((r->type == MD_REC_ATTN_PAGE || r->type == MD_REC_ATTN_TOKENS) &&
 	    r->slot < e->page_capacity) {
 		__builtin_prefetch(&e->pages[r->slot], 1);
-		__builtin_prefetch(&e->hpos[r->slot], 0);
-	}
-}
-
-static inline void prefetch_near(const struct md__engine *e, const struct md_stats_rec *r)
-{
-	if ((r->type == MD_REC_ATTN_PAGE || r->type == MD_REC_ATTN_TOKENS) &&
-	    r->slot < e->page_capacity) {
-		const struct md__page *pg = &e->pages[r->slot];
-		uint32_t pos = e->hpos[r->slot];
-		if (pg->seq < e->max_seqs && pos != MD__NO_HEAP && pos < e->seqs[pg->seq].heap_n)
-			__builtin_prefetch(&e->seqs[pg->seq].heap[pos], 1);
 		if (r->type == MD_REC_ATTN_TOKENS || r->u.attn_page.refresh)
 			__builtin_prefetch(&e->t_refresh[(size_t)r->slot * e->page_tokens], 1);
 	}
@@ -350,13 +339,11 @@ size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
 			rcs[i] = -MD__REJ_STATE;
 		return 0;
 	}
-	enum { FAR = 16, NEAR = 6 };
+	enum { AHEAD = 12 };
 	size_t ok = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (i + FAR < n)
-			prefetch_far(e, &recs[i + FAR]);
-		if (i + NEAR < n)
-			prefetch_near(e, &recs[i + NEAR]);
+		if (i + AHEAD < n)
+			prefetch_rec(e, &recs[i + AHEAD]);
 		e->records++;
 		int rc = md__page_ingest(h, e, &recs[i]);
 		if (rc < 0 && -rc < MD__REJ_COUNT)

@@ -29,7 +29,7 @@ struct md__page {
 	uint8_t state;
 	uint8_t flags;
 	uint16_t n_tokens;
-	uint32_t resv;
+	float key_hint;       /* >= its heap key: most rekeys stop here */
 	uint64_t first_pos;
 	uint64_t labels;
 	double ewma_raw;      /* EWMA of the page's raw mass (sum over tokens) */

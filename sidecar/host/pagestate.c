@@ -336,24 +336,25 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 	return 0;
 }
 
-/* after an attention update: keep the stored key a lower bound */
+/* after an attention update: keep the stored key a lower bound.  Rises are
+ * left lazy (the decision refreshes a key when it surfaces); a drop below the
+ * key lowers it to half the bound, so the next few drops cost nothing. */
+#define MD__REKEY_SLACK 0.5
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
+	if (e->policy > MD_POLICY_MEMDECAY_NORM)
+		return; /* h2o: only grows; recency, random: fixed */
+	/* inline memdecay bound: this runs once per attention record */
+	double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+	double key = (pg->lb_static + h->params.alpha * a) / (double)pg->n_tokens * (1.0 - 1e-9);
+	if (key >= (double)pg->key_hint)
+		return; /* still above the stored key (or not in a heap: harmless) */
 	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
 		return;
 	struct md__seq *s = &e->seqs[pg->seq];
-	double key;
-	if (e->policy <= MD_POLICY_MEMDECAY_NORM) {
-		/* inline memdecay bound: this runs once per attention record */
-		double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
-		key = (pg->lb_static + h->params.alpha * a) / (double)pg->n_tokens * (1.0 - 1e-9);
-	} else {
-		return; /* h2o: only grows; recency, random: fixed */
-	}
 	if (key < s->heap[e->hpos[slot]].key)
-		md__heap_lower_key(e, s, slot, key);
-	/* a higher bound is left lazy: the decision refreshes it when it surfaces */
+		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
 }
 
 static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)

@@ -22,13 +22,27 @@ from faultlib import Fail, check_invariants, ctl_json, engines, fd_count, main, 
 
 KILLS = int(os.environ.get("MD_FAULT_KILLS", "50"))
 SURVIVORS = 3
+# MD_FAULT_VALGRIND=1: memdecayd and the survivors (libmemdecay) run under
+# valgrind memcheck; fewer kills, one slow survivor; any memcheck error or
+# definite leak fails (their exit status, checked at a clean stop).
+VALGRIND = os.environ.get("MD_FAULT_VALGRIND") == "1"
+VG = ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
+      "--errors-for-leak-kinds=definite", "--show-leak-kinds=definite"]
+if VALGRIND:
+    KILLS = int(os.environ.get("MD_FAULT_KILLS", "12"))
+    SURVIVORS = 1
 
 
 def body(env):
-    d = env.start_daemon()
+    if VALGRIND:
+        env.daemon_wrap = VG + ["--log-file=%s/vg-daemon.%%p" % env.dir]
+        env.loadgen_wrap = VG + ["--log-file=%s/vg-engine.%%p" % env.dir]
+    # memcheck cannot see the kernel fill io_uring buffers: epoll under valgrind
+    d = env.start_daemon(*(["--event-loop", "epoll"] if VALGRIND else []))
     surv = [env.loadgen("surv%d" % i, "--seqs", 4, "--pages-per-seq", 24, "--steps", 0,
-                        "--step-hz", 400, "--budget-pages", 40, "--pattern", "heavy",
-                        "--seed", i + 1)
+                        "--step-hz", 100 if VALGRIND else 400, "--budget-pages", 40,
+                        "--pattern", "heavy", "--seed", i + 1, "--heartbeat-timeout-ms",
+                        20000 if VALGRIND else 2000, wrap=True)
             for i in range(SURVIVORS)]
 
     def wait_count(n, limit=5.0):
@@ -39,7 +53,7 @@ def body(env):
             time.sleep(0.02)
         raise Fail("expected %d engines, have %s" % (n, engines(env.sock)))
 
-    wait_count(SURVIVORS)
+    wait_count(SURVIVORS, 60.0 if VALGRIND else 5.0)
     serial = [0]
 
     def victim():
@@ -118,7 +132,7 @@ def body(env):
     if st["daemon"]["detaches"]["eof"] < attached_at_kill:
         raise Fail("detaches %s < %d attached kills" % (st["daemon"]["detaches"], attached_at_kill))
     for s in surv:
-        rc = stop(s)
+        rc = stop(s, timeout=60)
         res = read_json(s.md_out)
         check_invariants(res, s.md_name)
         if rc != 0:
@@ -127,6 +141,13 @@ def body(env):
             raise Fail("%s lost the daemon: %s" % (s.md_name, res))
     if d.poll() is not None:
         raise Fail("memdecayd exited")
+    if VALGRIND:
+        rc = stop(d, timeout=60)
+        logs = "".join(open(os.path.join(env.dir, f)).read() for f in os.listdir(env.dir)
+                       if f.startswith("vg-"))
+        if rc != 0:
+            raise Fail("memdecayd under valgrind exited %d:\n%s" % (rc, logs[-3000:]))
+        print("valgrind: memdecayd and %d engine(s) clean" % SURVIVORS)
     print("RESULT engine_crash kills=%d release_p50_ms=%.1f release_max_ms=%.1f "
           "fd_base=%d fd_after=%d rss_base_kib=%d rss_after_kib=%d" %
           (kills, p50 * 1e3, releases[-1] * 1e3, base_fd, fd, base_rss, rss))

@@ -37,6 +37,8 @@ class Env:
         self.dlog = os.path.join(self.dir, "daemon.log")
         self.procs = []
         self.t0 = now()
+        self.daemon_wrap = []    # e.g. valgrind and its options
+        self.loadgen_wrap = []
 
     # ---- processes ----
     def exe(self, name):
@@ -51,14 +53,15 @@ class Env:
         t_first = now()
         while True:
             logf = open(log or self.dlog, "ab")
-            p = subprocess.Popen([self.exe("memdecayd"), "--socket", sock, "--foreground",
+            p = subprocess.Popen([*self.daemon_wrap, self.exe("memdecayd"), "--socket", sock,
+                                  "--foreground",
                                   "--log-level", "info", *extra],
                                  stdout=logf, stderr=logf)
             logf.close()
             self.procs.append(p)
             if not wait:
                 break
-            deadline = now() + 10
+            deadline = now() + (60 if self.daemon_wrap else 10)
             ok = False
             while now() < deadline:
                 if p.poll() is not None:
@@ -83,11 +86,12 @@ class Env:
             self.daemon = p
         return p
 
-    def loadgen(self, name, *args, out=None):
+    def loadgen(self, name, *args, out=None, wrap=False):
         out = out or os.path.join(self.dir, name + ".json")
         f = open(out, "wb")
         e = open(os.path.join(self.dir, name + ".err"), "ab")
-        p = subprocess.Popen([self.exe("memdecay-loadgen"), "--socket", self.sock,
+        p = subprocess.Popen([*(self.loadgen_wrap if wrap else []),
+                              self.exe("memdecay-loadgen"), "--socket", self.sock,
                               "--engine-name", name, "--json", *[str(a) for a in args]],
                              stdout=f, stderr=e)
         f.close()

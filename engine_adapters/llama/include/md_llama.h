@@ -97,6 +97,10 @@ struct md_llama_stats {
 	uint64_t local_evictions;        /* fail-open fallback under a full cache */
 	double row_sum_max_err;          /* check_rows: max |sum over live cells - 1| */
 	double row_dead_mass_max;        /* check_rows: max mass on cells not of seq */
+	uint64_t decode_ns;              /* inside llama_decode (graph incl. cb_eval) */
+	uint64_t observe_ns;             /* of which in the adapter's cb_eval work */
+	uint64_t publish_ns;             /* page records after each ubatch */
+	uint64_t budget_wait_ns;         /* waiting for the daemon over budget */
 	int attached;
 	uint64_t instance_id;
 };

@@ -1,0 +1,37 @@
+/*
+ * cuda_transport.h — the optional CUDA IPC stats ring (HELLO
+ * stats_transport=cuda, docs/abi.md §6): the engine publishes a
+ * struct mdk_cuda_ring_export in its engine segment; memdecayd opens it with
+ * kernels/include/md_cuda_ring.h and drains it into the same ingest path as
+ * the host ring.  A memdecayd built without CUDA refuses such an engine.
+ */
+#ifndef MD_CUDA_TRANSPORT_H
+#define MD_CUDA_TRANSPORT_H
+
+#include <stddef.h>
+
+struct md__daemon;
+struct md__engine;
+
+enum md__stats_transport {
+	MD__STATS_HOST = 0,
+	MD__STATS_CUDA = 1,
+};
+
+/* At HELLO: 0 if this daemon can serve a CUDA-ring engine now, else -ENOTSUP
+ * (built without CUDA) or -ENODEV (no usable device) with the message. */
+int md__cuda_transport_admit(char *err, size_t errlen);
+
+/* Validates the export record in the engine segment (copied out first) and
+ * opens it.  0; -EAGAIN while the engine has not published it yet; other
+ * negative errno with the message. */
+int md__cuda_transport_open(struct md__engine *e, char *err, size_t errlen);
+
+/* Each service pass: open once published, then drain a bounded batch into
+ * the ingest path.  Returns records ingested, or -1 if the engine was
+ * detached (open or drain failed). */
+int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e);
+
+void md__cuda_transport_close(struct md__engine *e);
+
+#endif
