@@ -339,7 +339,7 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 /* after an attention update: keep the stored key a lower bound.  Rises are
  * left lazy (the decision refreshes a key when it surfaces); a drop below the
  * key lowers it to half the bound, so the next few drops cost nothing. */
-#define MD__REKEY_SLACK 0.5
+#define MD__REKEY_SLACK 0.9
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
