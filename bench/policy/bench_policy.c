@@ -14,7 +14,6 @@
 #include "host_internal.h"
 #include "oracle.h"
 
-extern unsigned long md__dbg_pops, md__dbg_pops2;
 static uint64_t rng_state = 1;
 static uint64_t rnd(void)
 {
@@ -218,10 +217,8 @@ static int run_one(uint64_t npages, struct result *res)
 		}
 		size_t no = md__oracle_decide(h, o, 4);
 		uint64_t a = now_ns();
-		md__dbg_pops = md__dbg_pops2 = 0;
 		size_t nd = md__host_decide(h, d, 4);
 		dec[it] = now_ns() - a;
-		if (it % 50 == 0) fprintf(stderr, "pops %lu (list2 %lu) %llu ns\n", md__dbg_pops, md__dbg_pops2, (unsigned long long)dec[it]);
 		res->decisions++;
 		if (nd != 1 || no != nd || memcmp(d, o, sizeof d[0]) != 0)
 			res->mismatches++;

@@ -187,6 +187,23 @@ def write_report(runs_path, manifest_path, out_path, img_dir=None, pinned=("syst
              f"(probe × policy × budget, probes that pass at full cache).")
     L.append("")
 
+    # Summary: every budget pooled.
+    L += ["## Summary", "",
+          "All budgets pooled (per-budget tables below). Pinned = system; unpinned = the other "
+          "seven regions; old = unpinned facts with more than half of the trace after them.", "",
+          "| policy | " + " | ".join(f"{t} pinned | {t} unpinned | {t} old" for t in tiers) + " |",
+          "|---|" + "---:|" * (3 * len(tiers))]
+    for pol in policies_of(rows):
+        cells = []
+        for t in tiers:
+            rs = sel(rows, tier=t, policy=pol)
+            cells += [fmt_ret(*retention(sel(rs, region=pin))),
+                      fmt_ret(*retention(sel(rs, region=unp))),
+                      fmt_ret(*retention([r for r in sel(rs, region=unp)
+                                          if (r["age_fraction"] or 0) > OLD_AGE]))]
+        L.append(f"| {pol} | " + " | ".join(cells) + " |")
+    L.append("")
+
     # Ceiling.
     L += ["## Full-cache ceiling", "",
           "Probes that pass with nothing evicted: the 135M model's own limit, before any policy.",

@@ -253,7 +253,13 @@ def check_run(rec, n_probes):
     return bad
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (and SIGINT, ignored in background jobs) stop cleanly
+
+
 def main():
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 1)[1])

@@ -1,26 +1,32 @@
 /*
  * evict_index.c — exact eviction decisions without sorting every page.
  *
- * Each sequence keeps a binary min-heap of its evictable pages (live, not
- * pinned, not a recency sink, not among its k_protect newest pages) keyed by a
- * LOWER BOUND of the page's score that stays valid at every later clock:
- *   memdecay(-norm): (sum of b_r over tokens with lambda_r == 0 + alpha A) / n,
- *                    shaved by 1e-9 relative (exp terms only decay);
- *   h2o: the cumulative mass (only grows); recency: first_pos; random: its hash.
- * Keys may be stale-low: ingest lowers a key at once when the bound drops
- * (EWMA falls) and leaves rises lazy; a decision that meets a stale key
- * recomputes it and pushes the page back down.  So stored key <= score always.
- *
- * A decision for a scope (one sequence, or every sequence of an engine) is a
- * branch and bound over the heads of the scope's heaps (a small heap of heap
- * tops, built per decision: O(sequences)): pop the lowest key, compute the exact
- * score into a candidate buffer ordered by (score, first_pos, slot), and
- * evict the buffer's best once no heap head's key is <= it — every unseen page
- * scores >= its key > the best, so the choice equals the full sort's.  Pages
- * left in the buffer go back to their heaps when the scope ends.  Cost per
- * eviction ~ (pages whose bound is below the chosen score) x log n.
- * Parameter changes bump an epoch; the index of an engine is rebuilt at its
- * next decision (O(n log n)), and ingest skips index upkeep until then.
+ * Each sequence keeps two views of its evictable pages (live, not pinned, not
+ * a recency sink, not among its k_protect newest pages):
+ *  - the key heap, ordered by (key, first_pos, slot), key = a lower bound of
+ *    the score valid at every later clock:
+ *      memdecay(-norm): (sum of b_r over tokens with lambda_r == 0 + alpha A)/n,
+ *                       shaved by 1e-9 relative (exp terms only decay);
+ *      h2o: the cumulative mass (only grows); recency: first_pos; random: hash.
+ *    Keys may be stale-low: ingest lowers a key when the bound drops below it
+ *    (to 0.9 x the bound, so the next small drops cost nothing; a float copy
+ *    in the page, key_hint, answers "still above?" without touching the heap)
+ *    and leaves rises lazy; a decision that meets a stale key recomputes it.
+ *  - memdecay only: one decay heap per lambda class (distinct lambda_r > 0),
+ *    keyed by g with decaying part >= exp(g - lambda_c t): the decaying sum now,
+ *    rolled forward at the page's largest lambda.  Time-invariant within a
+ *    class; refreshes only make it looser (still valid).
+ * A decision for a scope (one sequence, or all sequences of an engine) is a
+ * threshold algorithm (Fagin) over the two views: pop pages in key order (and,
+ * once 8 pops did not settle it, alternately in decay-bound order), compute
+ * each exact score into a buffer ordered by (score, first_pos, slot), and
+ * evict the buffer's best once it is below min key + min decay bound of the
+ * unseen pages (every unseen page scores at least that).  A score of exactly
+ * 0 forces a key of 0, so the key order settles ties at 0.  Buffered pages go
+ * back to their heaps when the scope ends.  Result == the oracle's full sort.
+ * Cost: O(sequences) to gather heads, plus (pages whose bounds sit below the
+ * chosen score) x log n.  Parameter changes bump an epoch; an engine's index
+ * is rebuilt at its next decision (O(n log n)), ingest skips upkeep till then.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -483,7 +489,6 @@ static struct cand b_pop(struct scope *sc)
 	return top;
 }
 
-unsigned long md__dbg_pops, md__dbg_pops2;
 #define D_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
 static void d_build(struct scope *sc);
 #define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
@@ -547,7 +552,6 @@ static int scope_next(struct scope *sc, struct cand *out)
 				 .cls = e->dcls[slot]};
 		if (c.cls != MD__NO_CLASS)
 			c.g = s->dheap[c.cls][e->dheap_pos[slot]].key;
-		md__dbg_pops++; if (sc->turn && sc->d_built && sc->nd) md__dbg_pops2++;
 		if (b_push(sc, c))
 			break; /* out of memory: decide from what was seen */
 		if (e->dcls[slot] == MD__NO_CLASS)

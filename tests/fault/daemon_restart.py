@@ -6,7 +6,7 @@ budget while memdecayd is killed with SIGKILL RESTARTS times and restarted
 after a random outage.  Each time every engine must be attached to the new
 instance within 2 s of the daemon answering, with its pages rebuilt from the
 page table (pages_live > 0).  The engines must keep stepping during outages
-(no step over 100 ms, steps >= 60% of rate x wall on a busy 2-core box) and finish with all
+(no step over 250 ms, steps >= 60% of rate x wall on a busy 2-core box) and finish with all
 invariants at 0.  A second memdecayd on the same socket must refuse, saying
 why.
 
@@ -29,10 +29,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faultlib import Fail, check_invariants, ctl, ctl_json, engines, main, memdecayctl, now, \
-    read_json, stop  # noqa: E402
+    read_json, slow_factor, stop  # noqa: E402
 
 RESTARTS = int(os.environ.get("MD_FAULT_RESTARTS", "10"))
 HZ = 500
+STEP_LIMIT_MS = 250
 # A daemon restarted at once after kill -9 can find the dead one's listening
 # socket still accepting for a moment (its io_uring is torn down
 # asynchronously).  memdecayd must tell that dying socket from a live daemon
@@ -108,7 +109,8 @@ def part_a(env):
         check_invariants(res, p.md_name, budget_slack=None)
         if res["reattaches"] < RESTARTS:
             raise Fail("%s reattached %d times, want %d" % (p.md_name, res["reattaches"], RESTARTS))
-        if res["step_us_max"] > 100000:
+        # A blocked engine would wait seconds (the HELLO reply timeout is 5 s).
+        if res["step_us_max"] > STEP_LIMIT_MS * 1e3 * slow_factor(env.bin):
             raise Fail("%s: a step took %.1f ms (blocked?)" % (p.md_name, res["step_us_max"] / 1e3))
         if res["steps"] < 0.6 * HZ * wall:   # step_us_max is the fine check
             raise Fail("%s: %d steps in %.1f s at %d Hz: it stalled" %

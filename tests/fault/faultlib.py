@@ -138,8 +138,16 @@ def ctl(sock, line, timeout=2.0):
     """One request on the control socket; returns the body.  Raises Fail on ERR."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
+    t_end = now() + timeout
     try:
-        s.connect(sock)
+        while True:
+            try:
+                s.connect(sock)
+                break
+            except BlockingIOError:   # listen backlog full: a blocking client waits
+                if now() > t_end:
+                    raise Fail("connect to %s: backlog full for %.1f s" % (sock, timeout))
+                time.sleep(0.001)
         s.sendall(line.encode() + b"\n")
         data = b""
         while b"\n" not in data:
@@ -186,6 +194,19 @@ def memdecayctl(env, *args, sock=None, timeout=5):
 
 def engines(sock):
     return ctl_json(sock, "engines")["engines"]
+
+
+_slow = {}
+
+
+def slow_factor(bindir):
+    """1 for a normal build; 5 when memdecayd carries ASan/UBSan (the
+    instrumented binaries start and run several times slower, and only
+    timing limits are scaled: every functional check stays as is)."""
+    if bindir not in _slow:
+        with open(os.path.join(bindir, "memdecayd"), "rb") as f:
+            _slow[bindir] = 5 if b"__asan_init" in f.read() else 1
+    return _slow[bindir]
 
 
 def fd_count(pid):

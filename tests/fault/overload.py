@@ -6,8 +6,8 @@ for every page every step, sequences ending and restarting) twice: once with
 memdecayd running freely (baseline), once while the test keeps the daemon
 stopped 90% of the time (SIGSTOP 90 ms / SIGCONT 10 ms), so the engine
 publishes well over ten times faster than the daemon drains.  Checks: the
-engine never blocks (mean step time within 1.5x of the baseline, no step over
-50 ms); attention records were dropped and the drop is counted by the engine
+engine never blocks (mean step time within 1.5x of the baseline, at most 0.2%
+of steps over 50 ms); attention records were dropped and the drop is counted by the engine
 and shown by the daemon; lifecycle changes were not lost: after the burst
 (the engine holds its state, attached), the daemon's view equals the engine's
 page table: live pages, tokens and sequences from `stats`, and every
@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faultlib import Fail, ctl_json, main, now, read_json, stop  # noqa: E402
+from faultlib import Fail, ctl_json, main, now, read_json, slow_factor, stop  # noqa: E402
 
 STEPS = int(os.environ.get("MD_FAULT_OVERLOAD_STEPS", "15000"))
 SEQS, PPS, P = 8, 64, 16
@@ -115,8 +115,13 @@ def body(env):
            res["slow_steps"]))
     if ratio > 1.5:
         raise Fail("step time under overload x%.2f of baseline" % ratio)
-    if res["slow_steps"] or res["step_us_max"] > 50000:
-        raise Fail("a step took %.1f ms under overload (blocked?)" % (res["step_us_max"] / 1e3))
+    # Blocking on the stopped daemon would show as steps of up to 90 ms in every
+    # stop cycle (and a mean many times the baseline); a busy 2-core box gives
+    # a few scheduling stalls.  Sanitizer builds: the mean ratio only.
+    allowed = max(3, res["steps"] // 500)
+    if slow_factor(env.bin) == 1 and res["slow_steps"] > allowed:
+        raise Fail("%d steps over 50 ms under overload (allowed %d; max %.1f ms): blocked?" %
+                   (res["slow_steps"], allowed, res["step_us_max"] / 1e3))
     # publishing outran draining
     drained = eng["records"]
     published = drained + res["attn_dropped"]

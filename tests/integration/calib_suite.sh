@@ -5,7 +5,8 @@
 #              --apply sets λ on another daemon
 #   cuda_hello HELLO stats_transport=cuda: refused without CUDA (CUDA=nocuda),
 #              a clean no-device error from a CUDA build without a GPU
-# Each run: its own daemon on a socket in a fresh mktemp -d directory.
+# Each run: its own daemon on a socket in a fresh mktemp -d directory
+# (MD_KEEP=1 keeps the directory for a post-mortem).
 set -u
 SCENARIO=$1
 CUDA=$2
@@ -18,6 +19,7 @@ PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
 	[ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null
+	wait 2>/dev/null
 	[ -n "${MD_KEEP:-}" ] || rm -rf "$D"
 }
 trap cleanup EXIT
@@ -65,7 +67,7 @@ case $SCENARIO in
 apply)
 	start_daemon --calib-grace-steps 16
 	"$BIN/memdecay-loadgen" --socket "$SOCK" --json --seqs 4 --pages-per-seq 12 --pattern heavy \
-		--steps 3000 --hold-ms 20000 >"$D/lg.json" 2>"$D/lg.err" &
+		--steps 3000 --step-hz 3000 --hold-ms 20000 >"$D/lg.json" 2>"$D/lg.err" &
 	PIDS+=($!)
 	# live: the engine is still attached; wait until a region can be applied
 	ok=
@@ -107,7 +109,7 @@ PYEOF
 	;;
 from)
 	start_daemon --journal "$D/stats.jrnl" --calib-grace-steps 16
-	loadgen --steps 2500
+	loadgen --steps 2500 --step-hz 2500  # paced: an unpaced loadgen overruns the ring and drops attention
 	ctl --json calibrate >"$D/live.json" || fail "live calibrate"
 	stop_daemon
 	grep -q "journal closed" "$D/daemon.log" || fail "no journal close line"
