@@ -170,6 +170,7 @@ int main(int argc, char **argv)
 		if (pr <= 0) {
 			fprintf(stderr, "memdecayctl: no complete reply from %s within %llu ms\n", path,
 				(unsigned long long)timeout_ms);
+			free(buf);
 			return EXIT_UNREACHABLE;
 		}
 		if (have == cap) {
@@ -185,6 +186,7 @@ int main(int argc, char **argv)
 		if (n <= 0) {
 			fprintf(stderr, "memdecayctl: %s closed the connection before a complete reply\n",
 				path);
+			free(buf);
 			return EXIT_UNREACHABLE;
 		}
 		have += (size_t)n;
@@ -197,11 +199,13 @@ int main(int argc, char **argv)
 			if (!strncmp(buf, "ERR", 3)) {
 				const char *msg = buf[3] == ' ' ? buf + 4 : buf + 3;
 				fprintf(stderr, "memdecayctl: %s\n", msg);
+				free(buf); /* LeakSanitizer runs at exit in ASan builds */
 				return EXIT_ERR;
 			}
 			uint64_t bl;
 			if (strncmp(buf, "OK ", 3) || md__parse_u64(buf + 3, &bl) < 0 || bl > (1u << 30)) {
 				fprintf(stderr, "memdecayctl: malformed reply from %s\n", path);
+				free(buf);
 				return EXIT_UNREACHABLE;
 			}
 			body_len = (size_t)bl;

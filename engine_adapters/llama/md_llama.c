@@ -85,6 +85,8 @@ struct md_llama {
 	int have_params;
 
 	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
+	int wait_suppressed;
+	uint64_t evictions_at_timeout;
 	int have_batch;
 
 	struct md_llama_stats st;
@@ -136,7 +138,7 @@ int md_llama_create(const struct md_llama_config *cfg, const struct llama_model 
 	if (!a->cfg.layer_stride)
 		a->cfg.layer_stride = 1;
 	if (!a->cfg.budget_wait_ms)
-		a->cfg.budget_wait_ms = 1000;
+		a->cfg.budget_wait_ms = 250;
 	if (!a->cfg.heartbeat_timeout_ms)
 		a->cfg.heartbeat_timeout_ms = 2000;
 	a->max_seqs = cfg->max_seqs ? cfg->max_seqs : 1;
@@ -502,12 +504,19 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 	struct md__seq *s = &a->seqs[seq];
 	if ((uint64_t)s->live_tokens + n_next <= limit)
 		return;
+	/* After a timeout the daemon could not get under budget (pinned and
+	 * protected pages alone exceed it): wait again only once it has evicted. */
+	if (a->wait_suppressed && a->st.evictions == a->evictions_at_timeout)
+		return;
+	a->wait_suppressed = 0;
 	a->st.budget_waits++;
 	uint64_t deadline = md__now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
 	while ((uint64_t)s->live_tokens + n_next > limit) {
 		uint64_t now = md__now_ns();
 		if (now >= deadline || !a->attached) {
 			a->st.budget_wait_timeouts++;
+			a->wait_suppressed = 1;
+			a->evictions_at_timeout = a->st.evictions;
 			return;
 		}
 		int ms = (int)((deadline - now) / 1000000ull);

@@ -58,6 +58,7 @@ struct md__seq {
 	uint32_t n_pages, cap_pages;
 	uint32_t heap_n, heap_cap;
 	uint32_t nodecay;         /* pages in heap but in no decay heap */
+	uint32_t n_evicting;      /* its pages waiting for the engine's free */
 	struct md__pos_ent *pages;
 	struct md__heap_ent *heap;
 	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */

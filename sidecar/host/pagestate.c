@@ -268,6 +268,7 @@ void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t sl
 	struct md__seq *s = &e->seqs[pg->seq];
 	seq_erase(h, e, slot);
 	pg->state = MD__SLOT_EVICTING;
+	s->n_evicting++;
 	s->tokens_live -= pg->n_tokens;
 	e->tokens_live -= pg->n_tokens;
 	e->pages_live--;
@@ -285,6 +286,7 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 		e->pages_live--;
 	} else if (pg->state == MD__SLOT_EVICTING) {
 		e->pages_evicting--;
+		e->seqs[pg->seq].n_evicting--;
 	}
 	pg->state = MD__SLOT_FREE;
 	pg->flags = 0;
@@ -297,8 +299,8 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	struct md__seq *s = &e->seqs[seq];
 	while (s->n_pages)
 		md__page_remove(h, e, s->pages[s->n_pages - 1].slot);
-	if (e->pages_evicting) {
-		for (uint32_t i = 0; i < e->page_capacity; i++)
+	if (s->n_evicting) { /* rare: only pages this daemon chose */
+		for (uint32_t i = 0; i < e->page_capacity && s->n_evicting; i++)
 			if (e->pages[i].state == MD__SLOT_EVICTING && e->pages[i].seq == seq)
 				md__page_remove(h, e, i);
 	}

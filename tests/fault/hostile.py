@@ -124,6 +124,8 @@ def body(env):
         raise Fail("the good engine lost the daemon: %s" % res)
     if d.poll() is not None:
         raise Fail("memdecayd exited")
+    if stop(d) != 0:   # clean stop: LeakSanitizer's verdict in ASan builds
+        raise Fail("memdecayd exited %d at SIGTERM (sanitizer report?)" % d.returncode)
     lat, raw = sorted(pr.lat), sorted(pr.raw)
     if not lat or not raw:
         raise Fail("no get answered")

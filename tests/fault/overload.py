@@ -151,6 +151,8 @@ def body(env):
     if got != want:
         raise Fail("evictable pages differ: daemon only %s; engine only %s" %
                    (sorted(got - want)[:10], sorted(want - got)[:10]))
+    if stop(d) != 0:   # clean stop: LeakSanitizer's verdict in ASan builds
+        raise Fail("memdecayd exited %d at SIGTERM (sanitizer report?)" % d.returncode)
     print("RESULT overload burst_s=%.2f step_ratio=%.2f step_max_ms=%.1f attn_dropped=%d "
           "lifecycle_dropped=%d resyncs=%d published_over_drained=%.0f pages=%d evictable=%d" %
           (burst_s, ratio, res["step_us_max"] / 1e3, res["attn_dropped"],

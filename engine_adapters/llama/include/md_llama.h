@@ -36,7 +36,7 @@ struct md_llama_config {
 	int attach;                       /* 0: never talk to a daemon (observe only) */
 	int capture_attention;            /* 0: cell map only, no kq_soft_max */
 	uint32_t layer_stride;            /* observe layers 0, k, 2k, ...; 0 = 1 */
-	uint32_t budget_wait_ms;          /* wait for evictions when over budget; 0 = 1000 */
+	uint32_t budget_wait_ms;          /* wait for evictions when over budget; 0 = 250 */
 	uint32_t heartbeat_timeout_ms;    /* daemon liveness; 0 = 2000 */
 	int check_rows;                   /* test: measure row sums over live cells */
 	int quiet;                        /* 1: no fail-open notices on stderr */
