@@ -22,6 +22,7 @@
 #include "params.h"
 #include "loop.h"
 #include "sbuf.h"
+#include "lathist.h"
 
 #define MD__CONN_MAX 256
 #define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
@@ -42,6 +43,12 @@ const char *md__detach_reason_name(int r);
 
 struct md__engine;
 struct md__calib_tracker;
+
+/* A decision waiting for the command ring, stamped when it was made. */
+struct md__pending_cmd {
+	struct md__decision dec;
+	uint64_t decided_ns;
+};
 struct md__calib_daemon;
 struct mdk_cuda_ring_reader;
 
@@ -94,7 +101,7 @@ struct md__engine {
 	struct md_page_entry *resync_buf;  /* page-table snapshot (lazily allocated) */
 	uint64_t *resync_clocks;     /* records after a resync that may legally disagree */
 	/* decisions not yet in the command ring (ring full) */
-	struct md__decision *pending;
+	struct md__pending_cmd *pending;
 	size_t pending_head, pending_len, pending_cap;
 	/* counters */
 	uint64_t records, rejected[MD__REJ_COUNT], torn, bad_tail, violations;
@@ -134,6 +141,8 @@ struct md__daemon {
 	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
 	uint64_t conns_refused, conns_evicted, ctl_requests, ctl_errors, reloads, reload_failures;
 	struct md__calib_daemon *calib;    /* calib_daemon.c */
+	/* wall time of each md__host_decide call that returned evictions */
+	struct md_lathist decide_lat;
 };
 
 /* attach.c */

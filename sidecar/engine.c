@@ -48,11 +48,11 @@ void md__engine_drop_pending(struct md__engine *e)
 	e->pending_head = e->pending_len = 0;
 }
 
-static int pending_push(struct md__engine *e, const struct md__decision *dec)
+static int pending_push(struct md__engine *e, const struct md__decision *dec, uint64_t decided_ns)
 {
 	if (e->pending_len == e->pending_cap) {
 		size_t ncap = e->pending_cap ? e->pending_cap * 2 : 64;
-		struct md__decision *np = malloc(ncap * sizeof(*np));
+		struct md__pending_cmd *np = malloc(ncap * sizeof(*np));
 		if (!np)
 			return -ENOMEM;
 		for (size_t i = 0; i < e->pending_len; i++)
@@ -62,7 +62,9 @@ static int pending_push(struct md__engine *e, const struct md__decision *dec)
 		e->pending_cap = ncap;
 		e->pending_head = 0;
 	}
-	e->pending[(e->pending_head + e->pending_len) % e->pending_cap] = *dec;
+	struct md__pending_cmd *pc = &e->pending[(e->pending_head + e->pending_len) % e->pending_cap];
+	pc->dec = *dec;
+	pc->decided_ns = decided_ns;
 	e->pending_len++;
 	return 0;
 }
@@ -71,21 +73,21 @@ static int pending_push(struct md__engine *e, const struct md__decision *dec)
 static size_t flush_commands(struct md__engine *e)
 {
 	size_t sent = 0;
-	uint64_t now = md__now_ns();
 	while (e->pending_len) {
 		struct md_cmd *cmd = md_ring_reserve(&e->cmds);
 		if (!cmd) {
 			e->cmd_ring_full++;
 			break;
 		}
-		const struct md__decision *dec = &e->pending[e->pending_head];
+		const struct md__pending_cmd *pc = &e->pending[e->pending_head];
+		const struct md__decision *dec = &pc->dec;
 		cmd->type = MD_CMD_EVICT;
 		cmd->reason = (uint16_t)dec->reason;
 		cmd->seq = dec->seq;
 		cmd->slot = dec->slot;
 		cmd->gen = dec->gen;
 		cmd->resv0 = 0;
-		cmd->decided_ns = now;
+		cmd->decided_ns = pc->decided_ns; /* when it was decided, not sent */
 		md_ring_publish(&e->cmds, cmd);
 		e->pending_head = (e->pending_head + 1) % e->pending_cap;
 		e->pending_len--;
@@ -272,6 +274,13 @@ int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
 	}
 	if (e->violation_grace)
 		e->violation_grace--;
+	/* Attention changes which page a decision picks, never whether a budget
+	 * is exceeded: only the other records (and resyncs, parameter changes,
+	 * the tick) make a decision pass worth running.  A pass costs a scan of
+	 * every sequence of every engine, so running it after attention-only
+	 * batches was the daemon's largest cost (docs/performance.md). */
+	if (rec->type != MD_REC_ATTN_PAGE && rec->type != MD_REC_ATTN_TOKENS)
+		d->dirty = 1;
 	md__calib_observe(d, e, rec);
 	return 0;
 }
@@ -281,14 +290,20 @@ static void decide(struct md__daemon *d)
 	struct md__decision out[MD__DECIDE_BATCH];
 	size_t n;
 	do {
+		uint64_t t0 = md__now_ns();
 		n = md__host_decide(d->host, out, MD__DECIDE_BATCH);
+		uint64_t decided = t0;
+		if (n) {
+			decided = md__now_ns();
+			md_lathist_record(&d->decide_lat, decided - t0);
+		}
 		struct md__engine *e = NULL;
 		for (size_t i = 0; i < n; i++) {
 			if (!e || e->id != out[i].engine_id)
 				e = md__engine_find(d, out[i].engine_id);
 			if (!e)
 				continue;
-			if (pending_push(e, &out[i]) < 0)
+			if (pending_push(e, &out[i], decided) < 0)
 				md__err("engine %u (%s): out of memory queueing eviction of slot %u",
 					e->id, e->name, out[i].slot);
 		}
@@ -315,10 +330,8 @@ int md__engines_service(struct md__daemon *d)
 				continue; /* detached */
 			n += nc;
 		}
-		if (n > 0) {
-			work = 1;
-			d->dirty = 1;
-		}
+		if (n > 0)
+			work = 1; /* d->dirty: set by md__engine_ingest_rec when it matters */
 	}
 	if (d->dirty) {
 		d->dirty = 0;

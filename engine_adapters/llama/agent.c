@@ -654,8 +654,11 @@ int main(int argc, char **argv)
 		fprintf(f, ", \"daemon_attached\": %s, \"detaches\": %llu, \"reattaches\": %llu",
 			st.attached ? "true" : "false", (unsigned long long)st.detaches,
 			(unsigned long long)st.reattaches);
-		fprintf(f, ", \"budget_wait_timeouts\": %llu, \"cmds_stale\": %llu, \"cmds_refused\": %llu",
-			(unsigned long long)st.budget_wait_timeouts, (unsigned long long)st.cmds_stale,
+		fprintf(f, ", \"budget_wait_timeouts\": %llu, \"budget_unreachable\": %llu",
+			(unsigned long long)st.budget_wait_timeouts,
+			(unsigned long long)st.budget_unreachable);
+		fprintf(f, ", \"cmds_stale\": %llu, \"cmds_refused\": %llu",
+			(unsigned long long)st.cmds_stale,
 			(unsigned long long)st.cmds_refused);
 		fprintf(f, ", \"attn_records\": %llu, \"attn_dropped\": %llu, \"local_evictions\": %llu",
 			(unsigned long long)st.attn_records, (unsigned long long)st.attn_dropped,

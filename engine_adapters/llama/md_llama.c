@@ -511,8 +511,21 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 	a->wait_suppressed = 0;
 	a->st.budget_waits++;
 	uint64_t deadline = md__now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
+	uint64_t ev_seen = a->st.evictions;
 	while ((uint64_t)s->live_tokens + n_next > limit) {
 		uint64_t now = md__now_ns();
+		if (a->st.evictions != ev_seen) {
+			/* The daemon decided and evicted what it could in one go; if
+			 * nothing more comes at once, that is as low as it gets. */
+			ev_seen = a->st.evictions;
+			md_wait_commands(a->client, 2);
+			md_llama_step(a);
+			if (a->st.evictions == ev_seen) {
+				a->st.budget_unreachable++;
+				return;
+			}
+			continue;
+		}
 		if (now >= deadline || !a->attached) {
 			a->st.budget_wait_timeouts++;
 			a->wait_suppressed = 1;

@@ -93,6 +93,7 @@ struct md_llama_stats {
 	uint64_t map_writes;             /* tokens mapped from SET_ROWS */
 	uint64_t map_missing;            /* ubatches whose SET_ROWS was not seen */
 	uint64_t budget_waits, budget_wait_timeouts;
+	uint64_t budget_unreachable;     /* daemon evicted all it could, still over */
 	uint64_t detaches, reattaches;
 	uint64_t local_evictions;        /* fail-open fallback under a full cache */
 	double row_sum_max_err;          /* check_rows: max |sum over live cells - 1| */
