@@ -18,6 +18,7 @@ if ! command -v "$CC" >/dev/null 2>&1; then
 	exit 1
 fi
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
+	-DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \
 	-DMEMDECAY_FUZZ=ON -DMEMDECAY_SANITIZE=ON -DMEMDECAY_CUDA=OFF -DMEMDECAY_LLAMA=OFF \
 	-DMEMDECAY_WERROR=ON >"$BUILD.cmake.log" 2>&1 || { cat "$BUILD.cmake.log" >&2; exit 1; }
 # shellcheck disable=SC2086

@@ -217,6 +217,14 @@ void md__calib_tracker_free(struct md__calib_tracker *t)
 	free(t);
 }
 
+void md__calib_prefetch(const struct md__calib_tracker *t, uint32_t slot)
+{
+	if (slot >= t->page_capacity)
+		return;
+	__builtin_prefetch(&t->pages[slot], 1);
+	__builtin_prefetch(&t->last[(size_t)slot * t->page_tokens], 1);
+}
+
 static struct calib_page *live_page(struct md__calib_tracker *t, uint32_t slot, uint32_t gen)
 {
 	if (slot >= t->page_capacity)

@@ -78,6 +78,8 @@ int md__calib_page_grow(struct md__calib_tracker *t, uint32_t slot, uint32_t gen
 			uint32_t n_tokens, uint64_t labels, uint64_t clock);
 int md__calib_page_labels(struct md__calib_tracker *t, uint32_t slot, uint32_t gen,
 			  uint64_t labels);
+/* Warms the lines md__calib_attn(slot) will touch (batched ingest). */
+void md__calib_prefetch(const struct md__calib_tracker *t, uint32_t slot);
 int md__calib_attn(struct md__calib_tracker *t, uint32_t slot, uint32_t gen, uint32_t refresh,
 		   uint64_t clock);
 int md__calib_page_free(struct md__calib_tracker *t, struct md__calib_stats *st, uint32_t slot,

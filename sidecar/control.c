@@ -422,7 +422,14 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 		for (int k = 0; k < MD__DETACH_COUNT; k++)
 			md__sbuf_printf(b, "%s\"%s\":%llu", k ? "," : "", md__detach_reason_name(k),
 					(unsigned long long)d->detaches[k]);
-		md__sbuf_printf(b, "}},\"engines\":[");
+		const struct md_lathist *dl = &d->decide_lat;
+		md__sbuf_printf(b, "},\"decision_latency_ns\":{\"count\":%llu,\"mean\":%llu,"
+				   "\"p50\":%llu,\"p99\":%llu,\"max\":%llu}},\"engines\":[",
+				(unsigned long long)dl->count,
+				(unsigned long long)(dl->count ? dl->sum / dl->count : 0),
+				(unsigned long long)md_lathist_quantile(dl, 0.50),
+				(unsigned long long)md_lathist_quantile(dl, 0.99),
+				(unsigned long long)dl->max);
 		int first = 1;
 		for (size_t i = 0; i < n; i++) {
 			if (only && list[i] != only)
@@ -442,7 +449,11 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	for (int k = 0; k < MD__DETACH_COUNT; k++)
 		md__sbuf_printf(b, " %s=%llu", md__detach_reason_name(k),
 				(unsigned long long)d->detaches[k]);
-	md__sbuf_printf(b, "\n");
+	md__sbuf_printf(b, "\n  decision passes %llu with evictions, latency p50 %.1f us, p99 %.1f us, max %.1f us\n",
+			(unsigned long long)d->decide_lat.count,
+			(double)md_lathist_quantile(&d->decide_lat, 0.50) / 1e3,
+			(double)md_lathist_quantile(&d->decide_lat, 0.99) / 1e3,
+			(double)d->decide_lat.max / 1e3);
 	for (size_t i = 0; i < n; i++)
 		if (!only || list[i] == only)
 			stats_engine_text(d, list[i], b);
@@ -580,6 +591,16 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 		prom_engine_labels(b, list[i]);
 		md__sbuf_printf(b, "} %.9f\n", (double)st[i].decision_ns_total / 1e9);
 	}
+	prom_head(b, "memdecay_decision_latency_seconds", "summary",
+		  "Wall time of one decision pass that produced evictions (all engines).");
+	md__sbuf_printf(b, "memdecay_decision_latency_seconds{quantile=\"0.5\"} %.9f\n",
+			(double)md_lathist_quantile(&d->decide_lat, 0.50) / 1e9);
+	md__sbuf_printf(b, "memdecay_decision_latency_seconds{quantile=\"0.99\"} %.9f\n",
+			(double)md_lathist_quantile(&d->decide_lat, 0.99) / 1e9);
+	md__sbuf_printf(b, "memdecay_decision_latency_seconds_sum %.9f\n",
+			(double)d->decide_lat.sum / 1e9);
+	md__sbuf_printf(b, "memdecay_decision_latency_seconds_count %llu\n",
+			(unsigned long long)d->decide_lat.count);
 	prom_head(b, "memdecay_records_rejected_total", "counter", "Records rejected, by reason.");
 	for (size_t i = 0; i < n; i++)
 		for (int k = 1; k < MD__REJ_COUNT; k++) {

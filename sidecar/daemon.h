@@ -27,6 +27,8 @@
 #define MD__CONN_MAX 256
 #define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
 #define MD__DECIDE_BATCH 256u
+#define MD__HOST_CHUNK 64u          /* records per md__host_ingest_batch call */
+#define MD__DECIDE_COALESCE_NS 500000ull /* decision passes while records flow */
 #define MD__TICK_MS 100u
 #define MD__OPERATOR_IDLE_NS (30ull * 1000000000ull)
 #define MD__PAGE_READ_TRIES 16
@@ -143,6 +145,7 @@ struct md__daemon {
 	struct md__calib_daemon *calib;    /* calib_daemon.c */
 	/* wall time of each md__host_decide call that returned evictions */
 	struct md_lathist decide_lat;
+	uint64_t last_decide_ns;
 };
 
 /* attach.c */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "calib_daemon.h"
+#include "calibrate.h"
 #include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
@@ -224,6 +225,32 @@ static int race_possible(int reason)
 	       reason != MD__REJ_REGION;
 }
 
+static int ingest_result(struct md__daemon *d, struct md__engine *e,
+			 const struct md_stats_rec *rec, int rc);
+
+/* Hands n copied records to the host at once, then settles each in order.
+ * Returns 0, or -1 if the engine was detached (e is gone: stop at once). */
+__attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct md__engine *e,
+			struct md_stats_rec *recs, size_t n, int *rcs)
+{
+	/* recs not const: GCC warns "maybe uninitialized" for a const pointer to
+	 * the caller's partly filled array */
+	if (!n)
+		return 0;
+	md__host_ingest_batch(d->host, e->id, recs, n, rcs);
+	enum { CALIB_AHEAD = 8 };
+	for (size_t i = 0; e->calib && i < CALIB_AHEAD && i < n; i++)
+		md__calib_prefetch(e->calib, recs[i].slot);
+	for (size_t i = 0; i < n; i++) {
+		if (e->calib && i + CALIB_AHEAD < n)
+			md__calib_prefetch(e->calib, recs[i + CALIB_AHEAD].slot);
+		e->records++;
+		if (ingest_result(d, e, &recs[i], rcs[i]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* Ingests up to one batch.  Returns records consumed, or -1 if detached. */
 static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 {
@@ -236,9 +263,18 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	}
 	if (avail > MD__INGEST_BATCH)
 		avail = MD__INGEST_BATCH;
+	/* Copies go to the host in chunks: md__host_ingest_batch prefetches the
+	 * page state a dozen records ahead, which hides most of the cache miss
+	 * per attention record (docs/performance.md, "Where the time goes"). */
+	struct md_stats_rec recs[MD__HOST_CHUNK];
+	int rcs[MD__HOST_CHUNK];
+	size_t nrec = 0;
 	for (int64_t i = 0; i < avail; i++) {
-		struct md_stats_rec rec;
-		if (md_ring_copy_next(&e->stats, &rec) != MD_RING_OK) {
+		if (md_ring_copy_next(&e->stats, &recs[nrec]) != MD_RING_OK) {
+			/* the good records before it first, so side effects keep ring order */
+			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
+				return -1;
+			nrec = 0;
 			e->torn++;
 			md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
 				  (unsigned long long)(e->stats.next - 1));
@@ -246,9 +282,14 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 				return -1;
 			continue;
 		}
-		if (md__engine_ingest_rec(d, e, &rec) < 0)
-			return -1;
+		if (++nrec == MD__HOST_CHUNK) {
+			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
+				return -1;
+			nrec = 0;
+		}
 	}
+	if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
+		return -1;
 	if (avail)
 		md_ring_release(&e->stats);
 	return avail;
@@ -258,7 +299,14 @@ int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
 			  const struct md_stats_rec *rec)
 {
 	e->records++;
-	int rc = md__host_ingest(d->host, e->id, rec);
+	return ingest_result(d, e, rec, md__host_ingest(d->host, e->id, rec));
+}
+
+/* What follows the host's verdict on one record: counting, violations, the
+ * decision trigger, calibration.  Returns 0, or -1 if the engine was detached. */
+static int ingest_result(struct md__daemon *d, struct md__engine *e,
+			 const struct md_stats_rec *rec, int rc)
+{
 	if (rc < 0) {
 		int reason = -rc < MD__REJ_COUNT ? -rc : 0;
 		e->rejected[reason]++;
@@ -333,9 +381,16 @@ int md__engines_service(struct md__daemon *d)
 		if (n > 0)
 			work = 1; /* d->dirty: set by md__engine_ingest_rec when it matters */
 	}
+	/* While records keep arriving, run the decision pass at most every
+	 * MD__DECIDE_COALESCE_NS (each pass scans every sequence of every
+	 * engine); once the rings are drained, run it at once. */
 	if (d->dirty) {
-		d->dirty = 0;
-		decide(d);
+		uint64_t now = md__now_ns();
+		if (!work || now - d->last_decide_ns >= MD__DECIDE_COALESCE_NS) {
+			d->dirty = 0;
+			d->last_decide_ns = now;
+			decide(d);
+		}
 	}
 	for (e = d->engines; e; e = e->next)
 		if (e->pending_len && flush_commands(e))

@@ -501,6 +501,42 @@ START_TEST(test_eviction_two_sequences)
 }
 END_TEST
 
+/* 3c. A budget below the pinned system prompt: nothing pinned goes, decoding
+ * does not stall on the daemon at every step, occupancy stays at what the
+ * daemon can reach (pinned + tail + protected page) plus one page. */
+START_TEST(test_eviction_unreachable_budget)
+{
+	struct daemon d;
+	daemon_start(&d);
+	struct md_llama_config cfg;
+	md_llama_config_init(&cfg);
+	cfg.socket_path = d.sock;
+	cfg.policy = "recency";
+	cfg.budget_sequence_tokens = 16;
+	struct rig r;
+	rig_open(&r, &cfg, 512, 1);
+	feed_text(&r, 0, k_system, MD_REGION_SYSTEM);
+	llama_pos sys_end = md_llama_pos_next(r.ad, 0);
+	uint32_t sys_pages = ((uint32_t)sys_end + 15) / 16;
+	uint8_t asst = MD_REGION_ASSISTANT;
+	for (int k = 0; k < 120; k++) {
+		llama_token g = greedy(r.ctx);
+		ck_assert_int_eq(md_llama_decode(r.ad, 0, &g, &asst, 1, 1), 0);
+		/* pinned pages + protected + tail + one page in flight */
+		ck_assert_uint_le(md_llama_live_tokens(r.ad, 0), (sys_pages + 3) * 16);
+	}
+	struct md_llama_stats st;
+	md_llama_get_stats(r.ad, &st);
+	ck_assert_uint_gt(st.evictions, 3);
+	ck_assert_uint_eq(st.evictions_by_region[MD_REGION_SYSTEM], 0);
+	ck_assert_uint_le(st.budget_wait_timeouts, 1);
+	for (llama_pos p = 0; p < sys_end; p++)
+		ck_assert_int_eq(md_llama_token_region(r.ad, 0, p), MD_REGION_SYSTEM);
+	rig_close(&r);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* 4a. No daemon at all: decoding goes on, detached. */
 START_TEST(test_fail_open_no_daemon)
 {
@@ -664,6 +700,7 @@ static Suite *llama_suite(void)
 		{"cell_map", test_cell_map_truth},
 		{"eviction", test_eviction_budget},
 		{"two_sequences", test_eviction_two_sequences},
+		{"unreachable_budget", test_eviction_unreachable_budget},
 		{"fail_open", test_fail_open_no_daemon},
 		{"reattach", test_fail_open_kill_reattach},
 		{"labels", test_labels},

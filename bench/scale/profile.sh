@@ -12,7 +12,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-bin="" engines=8 hz=15 warm_s=5 dur_s=8 top=25 out="" backend=uring
+bin="" engines=8 hz=15 warm_s=15 dur_s=8 top=25 out="" backend=uring
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--bin) bin=$2; shift ;;
@@ -51,7 +51,7 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 for i in $(seq 0 $((engines - 1))); do
 	nice -n 10 "$bin/memdecay-loadgen" --socket "$sock" --engine-name "e$i" --seqs 1024 \
 		--pages-per-seq 16 --steps 0 --step-hz "$hz" --budget-seq-tokens 192 \
-		--pattern heavy --seed $((i + 1)) --json >"$work/lg-$i.json" 2>/dev/null &
+		--pattern heavy --seed $((i + 1)) --stagger --json >"$work/lg-$i.json" 2>/dev/null &
 	pids+=($!)
 done
 sleep "$warm_s"
@@ -64,6 +64,6 @@ tck=$(getconf CLK_TCK)
 awk -v r0="$r0" -v r1="$r1" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v tck="$tck" 'BEGIN {
 	w = t1 - t0; r = (r1 - r0) / w; cpu = (c1 - c0) / tck / w;
 	printf "window %.2f s: %.0f records/s, daemon CPU %.1f%% of a core, %.0f ns CPU per record\n",
-	       w, r, cpu * 100, r > 0 ? cpu * 1e9 / r : 0 }'
+	       w, r, cpu * 100, (r > 0 ? cpu * 1e9 / r : 0) }'
 perf report -i "$out" --stdio --no-children --sort symbol -g none --percent-limit 0.5 2>/dev/null |
 	grep -v '^#' | grep -v '^$' | head -n "$top"

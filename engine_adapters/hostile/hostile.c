@@ -61,7 +61,7 @@ static uint64_t rng(void)
 }
 
 struct opts {
-	const char *socket, *mode, *name, *replay;
+	const char *socket, *mode, *name, *replay, *attacks;
 	uint64_t duration_ms, seed;
 	uint32_t capacity, seqs, conns, round_us;
 } o = { .mode = "shm", .name = "hostile", .duration_ms = 3000, .seed = 1, .capacity = 64,
@@ -553,6 +553,28 @@ static void attack(struct att *a, enum attack k, struct shm_result *res)
 	bell(a);
 }
 
+static uint32_t attack_mask = (1u << A_COUNT) - 1;
+
+/* --attacks a,b,c: only these rounds (names as in the JSON "rounds"). */
+static int parse_attacks(const char *list)
+{
+	attack_mask = 0;
+	char buf[512];
+	snprintf(buf, sizeof(buf), "%s", list);
+	char *save = NULL;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int k;
+		for (k = 0; k < A_COUNT && strcmp(t, attack_name[k]); k++)
+			;
+		if (k == A_COUNT) {
+			fprintf(stderr, "memdecay-hostile: unknown attack '%s'\n", t);
+			return -1;
+		}
+		attack_mask |= 1u << k;
+	}
+	return attack_mask ? 0 : -1;
+}
+
 static int mode_shm(void)
 {
 	struct att a;
@@ -574,6 +596,8 @@ static int mode_shm(void)
 			break;
 		}
 		enum attack k = (enum attack)(round++ % A_COUNT);
+		if (!(attack_mask & (1u << k)))
+			continue;
 		if (k == 0 && round > 1 && rng() % 4 == 0)
 			open_legit(&a);
 		attack(&a, k, &res);
@@ -878,7 +902,8 @@ static void usage(FILE *f)
 		"  --seqs N           max_seqs asked in HELLO (default 4)\n"
 		"  --round-us US      pause between shm attack rounds (default 1000)\n"
 		"  --conns N          connections per storm in ctl mode (default 1000)\n"
-		"  --replay FILE      page table to hold (memdecay-loadgen --dump-pages output)\n");
+		"  --replay FILE      page table to hold (memdecay-loadgen --dump-pages output)\n"
+		"  --attacks A,B      shm mode: only these attacks (names as in the JSON rounds)\n");
 }
 
 int main(int argc, char **argv)
@@ -887,13 +912,15 @@ int main(int argc, char **argv)
 		{ "socket", 1, 0, 's' }, { "mode", 1, 0, 'm' }, { "duration-ms", 1, 0, 'd' },
 		{ "seed", 1, 0, 'r' }, { "engine-name", 1, 0, 'n' }, { "capacity", 1, 0, 'c' },
 		{ "seqs", 1, 0, 'q' }, { "round-us", 1, 0, 'u' }, { "conns", 1, 0, 'k' },
-		{ "replay", 1, 0, 'p' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "replay", 1, 0, 'p' }, { "attacks", 1, 0, 'a' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	int ch;
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		char *e = NULL;
 		unsigned long long v = 0;
-		if (ch != 's' && ch != 'm' && ch != 'n' && ch != 'p' && ch != 'h' && ch != '?') {
+		if (ch != 's' && ch != 'm' && ch != 'n' && ch != 'p' && ch != 'a' && ch != 'h' &&
+		    ch != '?') {
 			errno = 0;
 			v = strtoull(optarg, &e, 10);
 			if (errno || !*optarg || *e || optarg[0] == '-') {
@@ -906,6 +933,7 @@ int main(int argc, char **argv)
 		case 'm': o.mode = optarg; break;
 		case 'n': o.name = optarg; break;
 		case 'p': o.replay = optarg; break;
+		case 'a': o.attacks = optarg; break;
 		case 'd': o.duration_ms = v; break;
 		case 'r': o.seed = v; break;
 		case 'c': o.capacity = (uint32_t)v; break;
@@ -922,6 +950,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rng_state ^= o.seed * 0xD1B54A32D192ED03ULL;
+	if (o.attacks && parse_attacks(o.attacks) < 0)
+		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);

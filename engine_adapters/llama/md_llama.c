@@ -86,6 +86,7 @@ struct md_llama {
 
 	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
 	int wait_suppressed;
+	uint64_t last_keepalive_ns;
 	uint64_t evictions_at_timeout;
 	int have_batch;
 
@@ -494,6 +495,30 @@ int md_llama_step(md_llama *a)
 	return 0;
 }
 
+/* Tokens of seq the daemon may not evict: pinned pages, the tail page and the
+ * protect_recent newest full pages.  A budget below this cannot be met. */
+static uint64_t md__evict_floor(md_llama *a, llama_seq_id seq)
+{
+	const struct md__seq *s = &a->seqs[seq];
+	uint64_t floor = 0;
+	uint32_t recent = a->params.protect_recent;
+	for (uint32_t i = s->page_of_cap; i-- > 0;) {
+		int32_t p = s->page_of[i];
+		if (p < 0)
+			continue;
+		const struct md__page *pg = &a->pages[p];
+		if (md__page_is_tail(a, pg)) {
+			floor += pg->n_tokens;
+		} else if (recent) {
+			recent--;
+			floor += pg->n_tokens;
+		} else if (md__page_pinned(a, pg)) {
+			floor += pg->n_tokens;
+		}
+	}
+	return floor;
+}
+
 /* Over budget: give the daemon a bounded time to evict (it sees the pages we
  * just published).  Fail-open: on timeout decoding goes on. */
 static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
@@ -504,6 +529,12 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 	struct md__seq *s = &a->seqs[seq];
 	if ((uint64_t)s->live_tokens + n_next <= limit)
 		return;
+	uint64_t floor = md__evict_floor(a, seq);
+	if (floor + a->P > limit) {
+		limit = floor + a->P;  /* pinned + protected exceed the budget */
+		if ((uint64_t)s->live_tokens + n_next <= limit)
+			return;
+	}
 	/* After a timeout the daemon could not get under budget (pinned and
 	 * protected pages alone exceed it): wait again only once it has evicted. */
 	if (a->wait_suppressed && a->st.evictions == a->evictions_at_timeout)
@@ -600,6 +631,18 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 		}
 	}
 	return 0;
+}
+
+/* The daemon takes an engine whose heartbeat is stale for hung.  A long
+ * prefill or a probe on a copy (no tracked step, so no command poll) must
+ * still beat: md_client_check refreshes it and is cheap (rate-limited here,
+ * its socket peek is limited to every 100 ms in libmemdecay). */
+static void md__keepalive(md_llama *a, uint64_t now)
+{
+	if (!a->client || !a->attached || now - a->last_keepalive_ns < 50000000ull)
+		return;
+	a->last_keepalive_ns = now;
+	md_client_check(a->client, a->cfg.heartbeat_timeout_ms);
 }
 
 /* ---- cb_eval: what the graph shows ---- */
@@ -733,7 +776,9 @@ static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
 		md__observe_kv_write(a, t);
 	else if (t->op == GGML_OP_SOFT_MAX)
 		md__observe_attention(a, t);
-	a->st.observe_ns += md__now_ns() - t0;
+	uint64_t t1 = md__now_ns();
+	a->st.observe_ns += t1 - t0;
+	md__keepalive(a, t1);
 	return true;  /* false would abort the graph */
 }
 
@@ -841,6 +886,8 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 		/* Commands wait for the tracked sequence's own step: a probe copy
 		 * shares its cells and must not see them vanish. */
 		md_llama_step(a);
+	} else {
+		md__keepalive(a, md__now_ns());
 	}
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "memdecay.h"
+#include "lathist.h"   /* sidecar/: command-latency histogram */
 
 #define P 16u
 #define REATTACH_NS (200u * 1000000u)
@@ -42,6 +43,7 @@ struct opts {
 	int fallback;
 	uint32_t system_pages;
 	uint32_t hold_ms;
+	int stagger;
 };
 
 struct page {
@@ -57,6 +59,7 @@ struct seq {
 	uint32_t tail;           /* slot being written, UINT32_MAX: none */
 	uint32_t span_region, span_left;
 	uint32_t heavy_mod;      /* PAT_HEAVY: tokens at pos % heavy_mod == 0 are heavy */
+	uint64_t end_pos;        /* tokens at which it ends and restarts */
 };
 
 struct stats {
@@ -95,6 +98,7 @@ static struct seq *seqs;
 static uint32_t capacity;
 static uint64_t occupancy;
 static double *tok_mass;   /* scratch: per-token mass of one sequence */
+static struct md_lathist cmd_lat;  /* now - decided_ns when a command is applied */
 
 static void usage(FILE *f)
 {
@@ -117,6 +121,8 @@ static void usage(FILE *f)
 		"  --no-fallback            no local eviction while detached\n"
 		"  --dump-pages FILE        write the final page table view as JSON\n"
 		"  --hold-ms MS             after the last step (and the dump) stay attached MS ms\n"
+		"  --stagger                spread the sequences' first lifetimes evenly, so restarts\n"
+		"                           do not all happen in the same step\n"
 		"  --json                   print one JSON object with the results\n"
 		"  --help\n");
 }
@@ -141,7 +147,7 @@ static int parse_args(int argc, char **argv)
 		{ "pattern", 1, 0, 'a' }, { "seed", 1, 0, 'r' }, { "step-hz", 1, 0, 'z' },
 		{ "json", 0, 0, 'j' }, { "dump-pages", 1, 0, 'd' }, { "wait-ms", 1, 0, 'w' },
 		{ "heartbeat-timeout-ms", 1, 0, 'H' }, { "no-fallback", 0, 0, 'F' },
-		{ "system-pages", 1, 0, 'y' }, { "hold-ms", 1, 0, 'o' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "system-pages", 1, 0, 'y' }, { "hold-ms", 1, 0, 'o' }, { "stagger", 0, 0, 'g' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	o.name = "loadgen";
 	o.seqs = 4;
@@ -165,6 +171,7 @@ static int parse_args(int argc, char **argv)
 		case 'd': o.dump = optarg; break;
 		case 'j': o.json = 1; break;
 		case 'F': o.fallback = 0; break;
+		case 'g': o.stagger = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'a':
 			if (!strcmp(optarg, "uniform")) o.pattern = PAT_UNIFORM;
@@ -283,6 +290,7 @@ static void apply_commands(const struct md_params_view *pv)
 	struct md_evict ev[64];
 	int n;
 	while ((n = md_poll_commands(cl, ev, 64)) > 0) {
+		uint64_t applied_ns = now_ns();
 		for (int i = 0; i < n; i++) {
 			struct page *pg = &pages[ev[i].slot];
 			st.cmds_seen++;
@@ -309,6 +317,8 @@ static void apply_commands(const struct md_params_view *pv)
 						      pg->n == P))
 				st.protected_evicted++;
 			st.evictions++;
+			if (ev[i].decided_ns && applied_ns >= ev[i].decided_ns)
+				md_lathist_record(&cmd_lat, applied_ns - ev[i].decided_ns);
 			st.by_region[dominant_region(pg)]++;
 			drop_page(ev[i].slot, MD_FREE_EVICTED);
 		}
@@ -387,6 +397,7 @@ static void restart_seq(uint32_t q)
 	s->tail = UINT32_MAX;
 	s->pos = 0;
 	s->span_left = 0;
+	s->end_pos = (uint64_t)o.pages_per_seq * P;
 	(void)md_seq_end(cl, q);   /* frees every page of q in the library */
 	st.seq_restarts++;
 }
@@ -527,6 +538,10 @@ int main(int argc, char **argv)
 			return 1;
 		seqs[q].tail = UINT32_MAX;
 		seqs[q].heavy_mod = 5 + (uint32_t)(rng() % 40);
+		uint64_t full = (uint64_t)o.pages_per_seq * P;
+		seqs[q].end_pos = full;
+		if (o.stagger) /* first lifetimes full, full - full/N, ..., so restarts spread out */
+			seqs[q].end_pos = full - (full * q) / o.seqs;
 	}
 
 	struct md_client_config cfg;
@@ -565,7 +580,7 @@ int main(int argc, char **argv)
 		}
 		(void)md_client_params(cl, &pv);
 		for (uint32_t q = 0; q < o.seqs && !err; q++) {
-			if (seqs[q].pos >= (uint64_t)o.pages_per_seq * P)
+			if (seqs[q].pos >= seqs[q].end_pos)
 				restart_seq(q);
 			err = append_token(q, &pv);
 		}
@@ -623,12 +638,16 @@ int main(int argc, char **argv)
 		       ", \"cmds_stale\": %" PRIu64 ", \"local_evictions\": %" PRIu64
 		       ", \"wait_timeouts\": %" PRIu64 ", \"seq_restarts\": %" PRIu64
 		       ", \"attached\": %s, \"wall_s\": %.3f, \"step_us_mean\": %.2f"
-		       ", \"step_us_max\": %.1f, \"slow_steps\": %" PRIu64 "}\n",
+		       ", \"step_us_max\": %.1f, \"slow_steps\": %" PRIu64
+		       ", \"cmd_latency_ns\": {\"count\": %" PRIu64 ", \"p50\": %" PRIu64
+		       ", \"p99\": %" PRIu64 ", \"max\": %" PRIu64 "}}\n",
 		       st.reattaches, cc.attn_dropped, cc.lifecycle_dropped, cc.resyncs, cc.cmds_stale,
 		       st.local_evictions, st.wait_timeouts, st.seq_restarts,
 		       md_client_attached(cl) ? "true" : "false", wall,
 		       st.steps ? (double)st.step_ns_total / 1e3 / (double)st.steps : 0.0,
-		       (double)st.step_ns_max / 1e3, st.slow_steps);
+		       (double)st.step_ns_max / 1e3, st.slow_steps, cmd_lat.count,
+		       md_lathist_quantile(&cmd_lat, 0.50), md_lathist_quantile(&cmd_lat, 0.99),
+		       cmd_lat.max);
 	} else {
 		printf("%s: %" PRIu64 " steps in %.2f s, %" PRIu64 " evictions (", o.name, st.steps,
 		       wall, st.evictions);

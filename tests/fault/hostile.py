@@ -11,7 +11,9 @@ well-behaved loadgen engine runs under a budget and `memdecayctl get` is timed
 every ~50 ms.  Checks: the daemon never exits; every get answers within 100 ms
 and none is refused; each kind of violation shows in `stats`; the seals refuse
 ftruncate and a writable mapping; the persistent violator is detached with a
-logged reason; the loadgen stays attached with every invariant at 0.
+logged reason, also one that only writes records no correct engine writes while
+requesting a resync every round (phase C); the loadgen stays attached with
+every invariant at 0.
 """
 import os
 import sys
@@ -112,6 +114,17 @@ def body(env):
     st2 = ctl_json(env.sock, "stats")
     if st2["daemon"]["detaches"]["violations"] < 1:
         raise Fail("stats does not count the detach: %s" % st2["daemon"])
+    # Phase C: no torn record, no bad tail, only records no correct engine
+    # writes, and a resync request every round (each one opens a window in
+    # which in-flight records may disagree with the table): still detached.
+    hcx = env.hostile("--mode", "shm", "--duration-ms", 5000, "--engine-name", "hostile-c",
+                      "--seed", 13, "--attacks",
+                      "random_records,slot_past_capacity,bad_attention,page_table_garbage")
+    hcx.wait(20)
+    res_c = read_json(hcx.md_out)
+    if not res_c["detached"]:
+        raise Fail("an engine buying forgiveness with resync requests was not detached: %s" %
+                   res_c)
 
     time.sleep(0.3)
     pr.halt = True
