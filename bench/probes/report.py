@@ -449,8 +449,9 @@ def targets_section(rows, runs, tiers, pinned):
                 continue
             good = n[0] / n[1] >= h[0] / h[1]
             misses += not good
+            noise = " (by less than two standard errors)" if not good and compare(n, h) == "≈" else ""
             L.append(f"  - {t} {b:.0%}: memdecay-norm {fmt_ret(*n)} vs h2o {fmt_ret(*h)} — "
-                     f"{'met' if good else 'MISSED'}")
+                     f"{'met' if good else 'MISSED' + noise}")
     if misses:
         L += ["", "Where memdecay-norm lost unpinned probes that h2o kept (same trace and budget):", ""]
         lost_n = {(r["trace"], r["budget_fraction"], r["question"]): r
@@ -463,7 +464,9 @@ def targets_section(rows, runs, tiers, pinned):
         for reg, rs in sorted(by_reg.items(), key=lambda kv: -len(kv[1])):
             ages = [r["age_fraction"] for r in rs if r["age_fraction"] is not None]
             L.append(f"- {reg}: {len(rs)} probes" + (f", mean age {mean(ages):.0%} of the trace"
-                                                     if ages else ""))
+                                                     if ages else "") + ": " + "; ".join(
+                f"`{r['trace']}` {r['budget_fraction']:.0%} \"{r['question']}\" → "
+                f"\"{r['output'][:50]}\"" for r in rs[:4]))
     L.append("")
     return L
 
