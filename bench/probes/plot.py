@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {"random": ("tab:gray", ":", "x"), "recency": ("tab:orange", "--", "s"),
          "h2o": ("tab:blue", "-.", "^"), "memdecay": ("tab:green", "-", "o"),
-         "memdecay-norm": ("tab:red", "-", "D")}
+         "memdecay-norm": ("tab:red", "-", "D"), "recency+nopin": ("tab:brown", ":", "v")}
 
 
 def main():

@@ -466,7 +466,7 @@ def targets_section(rows, runs, tiers, pinned):
             L.append(f"- {reg}: {len(rs)} probes" + (f", mean age {mean(ages):.0%} of the trace"
                                                      if ages else "") + ": " + "; ".join(
                 f"`{r['trace']}` {r['budget_fraction']:.0%} \"{r['question']}\" → "
-                f"\"{r['output'][:50]}\"" for r in rs[:4]))
+                f"\"{r['output'][:50]}\"" + evictions_note(runs, r) for r in rs[:4]))
     L.append("")
     return L
 
