@@ -10,7 +10,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
 sh scripts/deps.sh
-[ -f scripts/setup_llama.sh ] && sh scripts/setup_llama.sh
+[ -f scripts/setup_llama.sh ] && bash scripts/setup_llama.sh
 sh scripts/build.sh "$ROOT/build"
 BIN=$ROOT/build/bin
 
@@ -49,5 +49,5 @@ kill "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
 if [ -x "$BIN/memdecay-agent" ] && [ -f scripts/run_agent_demo.sh ]; then
 	echo
 	echo "== SmolLM2 on llama.cpp: the bundled agent trace under a KV budget"
-	sh scripts/run_agent_demo.sh
+	bash scripts/run_agent_demo.sh
 fi

@@ -7,7 +7,7 @@ cd "$ROOT"
 
 sh scripts/deps.sh
 if [ -f scripts/setup_llama.sh ]; then
-	sh scripts/setup_llama.sh
+	bash scripts/setup_llama.sh
 fi
 
 echo "== build (warnings are errors)"
