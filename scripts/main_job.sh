@@ -32,18 +32,28 @@ PIDS=""
 for e in 1 2 3 4; do
 	"$BIN/memdecay-loadgen" --socket "$SOCK" --engine-name "engine-$e" --seqs 4 \
 		--pages-per-seq 48 --steps 3000 --policy memdecay --budget-pages 96 \
-		--seed "$e" --json >"$DIR/engine-$e.json" &
+		--seed "$e" --step-hz 1000 --json >"$DIR/engine-$e.json" &
 	PIDS="$PIDS $!"
 done
-sleep 0.5
-"$BIN/memdecayctl" --socket "$SOCK" engines || true
+sleep 1
+echo "attached engines:"; "$BIN/memdecayctl" --socket "$SOCK" engines || true
 for p in $PIDS; do wait "$p" || echo "loadgen $p failed" >&2; done
-for e in 1 2 3 4; do
-	echo "engine-$e: $(cat "$DIR/engine-$e.json")"
-done
 echo
-echo "== what the daemon evicted, by region"
-"$BIN/memdecayctl" --socket "$SOCK" stats
+echo "== what the daemon evicted, by region (4 engines, budget 96 pages each)"
+python3 - "$DIR"/engine-*.json <<'PY'
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+regions = list(runs[0]["evictions_by_region"])
+print("%-12s" % "region" + "".join("%10s" % r["engine_name"] for r in runs) + "%10s" % "total")
+for reg in regions:
+    row = [r["evictions_by_region"][reg] for r in runs]
+    print("%-12s" % reg + "".join("%10d" % v for v in row) + "%10d" % sum(row))
+for key in ("evictions", "pinned_evicted", "stale_applied", "double_freed", "over_budget_max_pages"):
+    row = [r[key] for r in runs]
+    print("%-22s" % key + " ".join(str(v) for v in row))
+PY
+echo
+"$BIN/memdecayctl" --socket "$SOCK" stats | head -3
 kill "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
 
 if [ -x "$BIN/memdecay-agent" ] && [ -f scripts/run_agent_demo.sh ]; then
