@@ -3,13 +3,52 @@
  *
  * Indices are free-running u64 counters; slot = index & (capacity - 1).  The
  * producer owns `tail` (in its own segment), the consumer owns `head` (in its
- * own segment); each only reads the other's.  The producer stamps every record
- * with the low 32 bits of its index (`pos`) before releasing the tail, so a
- * consumer detects a torn or stale record by a pos mismatch.  The consumer
- * treats the producer's tail as untrusted: tail - head > capacity, or a tail
- * that went backwards, is a protocol violation, not a reason to read out of
- * bounds.  Capacity and the data pointer come from the reader's private copy
- * of the geometry, never from shared memory.
+ * own segment); each only reads the other's.  The producer fills a record,
+ * then release-stores its `pos` stamp (first u32: the low 32 bits of its
+ * index), then release-stores the tail.  The consumer treats the producer's
+ * tail as untrusted: tail - head > capacity, or a tail that went backwards,
+ * is a protocol violation, not a reason to read out of bounds.  Capacity and
+ * the data pointer come from the reader's private copy of the geometry, never
+ * from shared memory.
+ *
+ * Two ways to consume.  By tail (md_ring_available + md_ring_copy_next): one
+ * tail load per batch, then the records; a pos mismatch is a torn or stale
+ * record.  By stamp (md_ring_poll_stamped): the stamp is the publication
+ * flag, so a spinning consumer touches one cache line per record instead of
+ * two (the tail's, then the record's).  The tail stays the authoritative
+ * index for validation (md_ring_check_tail), resync and bad-tail checks.
+ *
+ * Stamp polling relies on: every ring starts zero-filled at index 0 on a
+ * fresh segment and indices never restart on a used one (so a slot holds
+ * either 0 or the stamp of an index a multiple of capacity below the one
+ * wanted; capacity < 2^32); and on a producer that writes the stamp last.
+ * A zero stamp is ambiguous (fresh slot, a producer's memset mid-fill, or a
+ * genuine index 0 mod 2^32), so a record whose want is 0 is taken only once a
+ * validated tail covers it.
+ *
+ * Why a stamp-poll consumer never makes head exceed the producer's `next`
+ * (which md_ring_reserve would treat as a broken consumer): the consumer
+ * advances past index i only after an acquire load A that read the stamp
+ * store S of record i, and it stores head = i + 1 (W) after A.  The producer
+ * stores S in md_ring_publish{,_n} and increments `next` past i right after
+ * S, in program order; it reads head (L) only in md_ring_reserve{,_at}.  If L
+ * read W while L was sequenced before S, then L happens before S, which
+ * synchronizes with A, which is sequenced before W: L would read a store that
+ * happens after it, which C11 coherence forbids.  So any L that sees
+ * head = i + 1 comes after S and so after next = i + 1.  The same holds for
+ * md_ring_publish_n, which stamps a batch before advancing `next`, and for the
+ * want-0 case, whose tail is stored even later.
+ *
+ * A hostile producer may stamp records ahead of its tail.  A stamp-poll
+ * consumer then takes them (they are validated like any record; the same
+ * producer could as well have advanced its tail) but never more than one
+ * capacity past the last tail it validated: there md_ring_poll_stamped reloads
+ * and validates the tail, and reports EMPTY until the tail catches up.  A
+ * legitimate producer lags its stamps by at most the batch being published,
+ * which fits in a capacity.  A consumer that polls stamps must validate the
+ * tail with md_ring_check_tail (which allows that lag), never with
+ * md_ring_available (which takes tail < head as a violation).  The daemon
+ * drains the stats ring by tail, in bulk, and never stamp-polls it.
  */
 #ifndef MEMDECAY_RING_H
 #define MEMDECAY_RING_H
@@ -41,6 +80,7 @@ struct md_ring_cons {
 	uint32_t capacity;
 	uint32_t rec_size;
 	uint64_t next;            /* next index to read (private copy of head) */
+	uint64_t tail_seen;       /* last tail validated (stamp polling); 0 at start */
 };
 
 enum md_ring_status {
@@ -65,15 +105,19 @@ static inline void *md_ring_reserve(struct md_ring_prod *r)
 	return slot;
 }
 
-/* Stamp pos (first u32 of every record) and make the record visible. */
+/* Stamp pos (first u32 of every record) last, with release, which publishes
+ * the record to a stamp-poll consumer; then the tail, for everyone. */
 static inline void md_ring_publish(struct md_ring_prod *r, void *rec)
 {
-	*(uint32_t *)rec = (uint32_t)r->next;
+	md_store_release((uint32_t *)rec, (uint32_t)r->next);
 	r->next++;
 	md_store_release(r->tail, r->next);
 }
 
-/* Several records reserved with md_ring_reserve_at() become visible at once. */
+/* Several records reserved with md_ring_reserve_at() become visible at once:
+ * md_ring_publish_n() stamps them (the last first, so a stamp-poll consumer
+ * that sees the first sees the whole batch) and then releases the tail.  The
+ * slot returned is not stamped; whatever pos the caller leaves is overwritten. */
 static inline void *md_ring_reserve_at(struct md_ring_prod *r, uint32_t k)
 {
 	uint64_t idx = r->next + k;
@@ -83,11 +127,15 @@ static inline void *md_ring_reserve_at(struct md_ring_prod *r, uint32_t k)
 			return NULL;
 	}
 	char *slot = (char *)r->data + (size_t)(idx & (r->capacity - 1)) * r->rec_size;
-	*(uint32_t *)slot = (uint32_t)idx;
 	return slot;
 }
 static inline void md_ring_publish_n(struct md_ring_prod *r, uint32_t n)
 {
+	for (uint32_t k = n; k-- > 0;) {
+		uint64_t idx = r->next + k;
+		char *slot = (char *)r->data + (size_t)(idx & (r->capacity - 1)) * r->rec_size;
+		md_store_release((uint32_t *)slot, (uint32_t)idx);
+	}
 	r->next += n;
 	md_store_release(r->tail, r->next);
 }
@@ -119,11 +167,60 @@ static inline void md_ring_release(struct md_ring_cons *r)
 	md_store_release(r->head, r->next);
 }
 
-/* Skip everything published so far (resynchronisation after a bad tail). */
+/* Skip everything published so far (resynchronisation after a bad tail).
+ * `index` is a tail the caller validated. */
 static inline void md_ring_skip_to(struct md_ring_cons *r, uint64_t index)
 {
 	r->next = index;
+	r->tail_seen = index;
 	md_store_release(r->head, r->next);
+}
+
+/* Tail validation for a stamp-poll consumer, which may be ahead of the tail
+ * by the batch the producer is publishing.  Violations: a tail behind the
+ * last one validated, more than capacity ahead of the consumer, or more than
+ * capacity behind it.  Returns the records the tail publishes past r->next
+ * (0 when it lags) or -MD_RING_BAD_TAIL. */
+static inline int64_t md_ring_check_tail(struct md_ring_cons *r)
+{
+	uint64_t tail = md_load_acquire(r->tail);
+	if (tail < r->tail_seen)
+		return -(int64_t)MD_RING_BAD_TAIL;
+	if (tail >= r->next ? tail - r->next > r->capacity : r->next - tail > r->capacity)
+		return -(int64_t)MD_RING_BAD_TAIL;
+	r->tail_seen = tail;
+	return tail > r->next ? (int64_t)(tail - r->next) : 0;
+}
+
+/* Take the record at r->next if its stamp says it is published: MD_RING_OK
+ * (copied to dst, advanced), MD_RING_EMPTY (not stamped yet, or stamped more
+ * than a capacity past the last validated tail), MD_RING_TORN (the stamp or
+ * the copy's pos changed under the copy: only a hostile producer does that;
+ * advanced past it), or MD_RING_BAD_TAIL (a tail reload failed
+ * md_ring_check_tail; nothing taken).  The slot's address comes from the
+ * consumer's private geometry only.  md_ring_release() publishes the head. */
+static inline int md_ring_poll_stamped(struct md_ring_cons *r, void *dst)
+{
+	const char *src = (const char *)r->data + (size_t)(r->next & (r->capacity - 1)) * r->rec_size;
+	const uint32_t *stamp = (const uint32_t *)src;
+	uint32_t want = (uint32_t)r->next;
+	if (md_load_acquire(stamp) != want)
+		return MD_RING_EMPTY;
+	/* want 0 is also a fresh or half-filled slot: only a tail vouches for it;
+	 * and never run more than a capacity past the last validated tail. */
+	uint64_t reach = want == 0 ? 0 : r->capacity;
+	if (r->next >= r->tail_seen + reach) {
+		if (md_ring_check_tail(r) < 0)
+			return MD_RING_BAD_TAIL;
+		if (r->next >= r->tail_seen + reach)
+			return MD_RING_EMPTY;
+	}
+	memcpy(dst, src, r->rec_size);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	uint32_t again = md_load_relaxed(stamp), copied;
+	memcpy(&copied, dst, sizeof(copied));
+	r->next++;
+	return again == want && copied == want ? MD_RING_OK : MD_RING_TORN;
 }
 
 /* ---- seqlock over the parameter block (daemon writes, engines read) ---- */

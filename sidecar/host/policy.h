@@ -56,6 +56,35 @@ double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p);
 double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
 				uint32_t norm_mode);
+/*
+ * Policies whose score is a function of the page alone that never falls as the
+ * clock advances (h2o, recency, random) are their own lower bound, with no
+ * static part: .static_bound = md__policy_no_static_bound, and
+ * MD__SELF_BOUNDED_POLICY(value, attn) defines their static score() and
+ * lower_bound() from `static double value(const struct md__page *pg)`.  The
+ * terms report decay 0 and attn = the score (attn 1) or 0 (attn 0).
+ */
+double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p);
+
+#define MD__SELF_BOUNDED_POLICY(value, attn)                                            \
+	static double score(const struct md__page *pg, const uint64_t *t_refresh,      \
+			    const struct md__score_in *in, struct md__score_terms *terms) \
+	{                                                                               \
+		double s = value(pg);                                                   \
+		(void)t_refresh;                                                        \
+		(void)in;                                                               \
+		if (terms) {                                                            \
+			terms->decay = 0.0;                                             \
+			terms->attn = (attn) ? s : 0.0;                                 \
+		}                                                                       \
+		return s;                                                               \
+	}                                                                               \
+	static double lower_bound(const struct md__page *pg, const struct md__score_in *in) \
+	{                                                                               \
+		(void)in;                                                               \
+		return value(pg);                                                       \
+	}
+
 /* fixed per page pseudo-random score in [0, 1) */
 double md__random_score(uint64_t seed, uint32_t engine_id, uint32_t slot, uint32_t gen);
 

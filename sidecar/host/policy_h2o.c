@@ -7,30 +7,12 @@
 #include <math.h>
 #include "host_internal.h"
 
-static double score(const struct md__page *pg, const uint64_t *t_refresh,
-		    const struct md__score_in *in, struct md__score_terms *terms)
+static double mass(const struct md__page *pg)
 {
-	(void)t_refresh;
-	(void)in;
-	if (terms) {
-		terms->decay = 0.0;
-		terms->attn = pg->cum_raw;
-	}
 	return pg->cum_raw;
 }
 
-static double static_bound(const struct md__page *pg, const struct md__params *p)
-{
-	(void)pg;
-	(void)p;
-	return 0.0;
-}
-
-static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
-{
-	(void)in;
-	return pg->cum_raw;
-}
+MD__SELF_BOUNDED_POLICY(mass, 1)
 
 static uint32_t window_pages(const struct md__params *p, uint64_t budget_pages)
 {
@@ -41,7 +23,7 @@ static uint32_t window_pages(const struct md__params *p, uint64_t budget_pages)
 const struct md__policy md__policy_h2o = {
 	.name = "h2o",
 	.score = score,
-	.static_bound = static_bound,
+	.static_bound = md__policy_no_static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = window_pages,

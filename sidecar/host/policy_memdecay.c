@@ -73,6 +73,13 @@ const struct md__policy md__policy_memdecay = {
 	.window_pages = NULL,
 };
 
+double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p)
+{
+	(void)pg;
+	(void)p;
+	return 0.0;
+}
+
 const struct md__policy *md__policy_get(uint32_t id)
 {
 	switch (id) {

@@ -22,39 +22,18 @@ double md__random_score(uint64_t seed, uint32_t engine_id, uint32_t slot, uint32
 	return (double)(x >> 11) * 0x1.0p-53;
 }
 
-static double score(const struct md__page *pg, const uint64_t *t_refresh,
-		    const struct md__score_in *in, struct md__score_terms *terms);
-
-static double static_bound(const struct md__page *pg, const struct md__params *p)
-{
-	(void)pg;
-	(void)p;
-	return 0.0;
-}
-
 /* the slot is not in the page; the host stores the score in lb_static */
-static double score(const struct md__page *pg, const uint64_t *t_refresh,
-		    const struct md__score_in *in, struct md__score_terms *terms)
+static double stored(const struct md__page *pg)
 {
-	(void)t_refresh;
-	(void)in;
-	if (terms) {
-		terms->decay = 0.0;
-		terms->attn = 0.0;
-	}
 	return pg->lb_static;
 }
 
-static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
-{
-	(void)in;
-	return pg->lb_static;
-}
+MD__SELF_BOUNDED_POLICY(stored, 0)
 
 const struct md__policy md__policy_random = {
 	.name = "random",
 	.score = score,
-	.static_bound = static_bound,
+	.static_bound = md__policy_no_static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,

@@ -6,30 +6,12 @@
  */
 #include "host_internal.h"
 
-static double score(const struct md__page *pg, const uint64_t *t_refresh,
-		    const struct md__score_in *in, struct md__score_terms *terms)
+static double first_pos(const struct md__page *pg)
 {
-	(void)t_refresh;
-	(void)in;
-	if (terms) {
-		terms->decay = 0.0;
-		terms->attn = 0.0;
-	}
 	return (double)pg->first_pos;
 }
 
-static double static_bound(const struct md__page *pg, const struct md__params *p)
-{
-	(void)pg;
-	(void)p;
-	return 0.0;
-}
-
-static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
-{
-	(void)in;
-	return (double)pg->first_pos;
-}
+MD__SELF_BOUNDED_POLICY(first_pos, 0)
 
 static int is_sink(const struct md__page *pg, const struct md__params *p)
 {
@@ -39,7 +21,7 @@ static int is_sink(const struct md__page *pg, const struct md__params *p)
 const struct md__policy md__policy_recency = {
 	.name = "recency",
 	.score = score,
-	.static_bound = static_bound,
+	.static_bound = md__policy_no_static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = is_sink,
 	.window_pages = NULL,

@@ -11,37 +11,13 @@ set -u
 SCENARIO=$1
 CUDA=$2
 BIN=$3
-D=$(mktemp -d /tmp/md-calib-XXXXXX)
-SOCK=$D/memdecayd.sock
-DPID=
-PIDS=()
-
-cleanup() {
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	[ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null
-	wait 2>/dev/null
-	[ -n "${MD_KEEP:-}" ] || rm -rf "$D"
-}
-trap cleanup EXIT
-
-fail() {
-	echo "FAIL [calib/$SCENARIO]: $*" >&2
-	[ -f "$D/daemon.log" ] && { echo "--- daemon log (tail) ---" >&2; tail -n 30 "$D/daemon.log" >&2; }
-	exit 1
-}
-
-ctl() { "$BIN/memdecayctl" --socket "$SOCK" "$@"; }
-
-start_daemon() {
-	"$BIN/memdecayd" --socket "$SOCK" --foreground --log-level info "$@" 2>>"$D/daemon.log" &
-	DPID=$!
-	for _ in $(seq 100); do
-		ctl ping >/dev/null 2>&1 && return 0
-		kill -0 "$DPID" 2>/dev/null || fail "memdecayd exited at start"
-		sleep 0.05
-	done
-	fail "memdecayd did not answer on $SOCK"
-}
+MD_TAG="calib/$SCENARIO"
+MD_LOG_TAIL=30
+MD_DAEMON_ARGS=()
+MD_REAP=1
+MD_KEEP_OK=1
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+md_setup /tmp/md-calib-XXXXXX
 
 stop_daemon() {
 	kill -TERM "$DPID"

@@ -8,40 +8,13 @@ set -u
 SCENARIO=$1
 BE=$2
 BIN=$3
-D=$(mktemp -d /tmp/md-it-XXXXXX)
-SOCK=$D/memdecayd.sock
-DPID=
-PIDS=()
-
-cleanup() {
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	[ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null
-	rm -rf "$D"
-}
-trap cleanup EXIT
-
-fail() {
-	echo "FAIL [$SCENARIO/$BE]: $*" >&2
-	if [ -f "$D/daemon.log" ]; then
-		echo "--- daemon log (tail) ---" >&2
-		tail -n 40 "$D/daemon.log" >&2
-	fi
-	exit 1
-}
-
-ctl() { "$BIN/memdecayctl" --socket "$SOCK" "$@"; }
-
-start_daemon() {
-	"$BIN/memdecayd" --socket "$SOCK" --foreground --event-loop "$BE" --log-level info "$@" \
-		2>>"$D/daemon.log" &
-	DPID=$!
-	for _ in $(seq 100); do
-		ctl ping >/dev/null 2>&1 && return 0
-		kill -0 "$DPID" 2>/dev/null || fail "memdecayd exited at start"
-		sleep 0.05
-	done
-	fail "memdecayd did not answer on $SOCK"
-}
+MD_TAG="$SCENARIO/$BE"
+MD_LOG_TAIL=40
+MD_DAEMON_ARGS=(--event-loop "$BE")
+MD_REAP=
+MD_KEEP_OK=
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+md_setup /tmp/md-it-XXXXXX
 
 # loadgen NAME ARGS... : runs in the background, JSON result in $D/NAME.json
 loadgen() {

@@ -479,6 +479,7 @@ int md__attach(struct md_client *c, struct md__attach *a)
 	a->cmds.capacity = a->g.cmd_capacity;
 	a->cmds.rec_size = sizeof(struct md_cmd);
 	a->cmds.next = 0;
+	a->cmds.tail_seen = 0;
 	md_store_release(&a->ectrl->cmd_head, 0);
 	return 0;
 fail:

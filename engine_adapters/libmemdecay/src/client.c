@@ -165,6 +165,24 @@ static void lifecycle_dropped(struct md_client *c)
 	}
 }
 
+/* Reserves a zeroed lifecycle record with its common header filled in; on a
+ * full ring counts the drop, asks for a resync and returns NULL. */
+static struct md_stats_rec *lifecycle_rec(struct md_client *c, uint16_t type, uint32_t seq,
+					  uint32_t slot, uint32_t gen, uint64_t clock)
+{
+	struct md_stats_rec *r = rec_reserve(c);
+	if (!r) {
+		lifecycle_dropped(c);
+		return NULL;
+	}
+	r->type = type;
+	r->seq = seq;
+	r->slot = slot;
+	r->gen = gen;
+	r->clock = clock;
+	return r;
+}
+
 /* ---- create / destroy ---- */
 
 static void detach(struct md_client *c)
@@ -506,16 +524,10 @@ MD__EXPORT int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint
 	pt_write(c, s);
 	if (!c->attached)
 		return MD_EDETACHED;
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_PAGE_OPEN, seq, s, m->generation, c->clock[seq]);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_PAGE_OPEN;
-	r->seq = seq;
-	r->slot = s;
-	r->gen = m->generation;
-	r->clock = c->clock[seq];
 	r->u.page.first_pos = first_pos;
 	r->u.page.labels = labels;
 	r->u.page.n_tokens = (uint16_t)n_tokens;
@@ -537,16 +549,10 @@ MD__EXPORT int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint
 	pt_write(c, slot);
 	if (!c->attached)
 		return MD_EDETACHED;
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_PAGE_GROW, m->seq, slot, m->generation, c->clock[m->seq]);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_PAGE_GROW;
-	r->seq = m->seq;
-	r->slot = slot;
-	r->gen = m->generation;
-	r->clock = c->clock[m->seq];
 	r->u.page.first_pos = m->first_pos;
 	r->u.page.labels = labels;
 	r->u.page.n_tokens = (uint16_t)n_tokens;
@@ -574,16 +580,10 @@ static int page_free(struct md_client *c, uint32_t slot, uint32_t reason)
 	}
 	if (!c->attached)
 		return MD_EDETACHED;
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_PAGE_FREE, seq, slot, m->generation, c->clock[seq]);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_PAGE_FREE;
-	r->seq = seq;
-	r->slot = slot;
-	r->gen = m->generation;
-	r->clock = c->clock[seq];
 	r->u.free.reason = reason;
 	rec_publish(c, r);
 	return 0;
@@ -611,15 +611,9 @@ MD__EXPORT int md_seq_end(md_client *c, uint32_t seq)
 	if (!c->attached)
 		return MD_EDETACHED;
 	md_store_release(&c->a.seq_clock[seq], 0);
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r = lifecycle_rec(c, MD_REC_SEQ_END, seq, UINT32_MAX, 0, clock);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_SEQ_END;
-	r->seq = seq;
-	r->slot = UINT32_MAX;
-	r->clock = clock;
 	rec_publish(c, r);
 	return 0;
 }
@@ -632,15 +626,10 @@ MD__EXPORT int md_seq_step(md_client *c, uint32_t seq, uint32_t n_tokens)
 	if (!c->attached)
 		return MD_EDETACHED;
 	md_store_release(&c->a.seq_clock[seq], c->clock[seq]);
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_STEP, seq, UINT32_MAX, 0, c->clock[seq]);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_STEP;
-	r->seq = seq;
-	r->slot = UINT32_MAX;
-	r->clock = c->clock[seq];
 	rec_publish(c, r);
 	return 0;
 }
@@ -667,15 +656,10 @@ MD__EXPORT int md_relabel(md_client *c, uint32_t seq, uint64_t pos0, uint64_t po
 	}
 	if (!c->attached)
 		return MD_EDETACHED;
-	struct md_stats_rec *r = rec_reserve(c);
-	if (!r) {
-		lifecycle_dropped(c);
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_RELABEL, seq, UINT32_MAX, 0, c->clock[seq]);
+	if (!r)
 		return 0;
-	}
-	r->type = MD_REC_RELABEL;
-	r->seq = seq;
-	r->slot = UINT32_MAX;
-	r->clock = c->clock[seq];
 	r->u.relabel.pos0 = pos0;
 	r->u.relabel.pos1 = pos1;
 	r->u.relabel.region = region;
@@ -753,13 +737,11 @@ MD__EXPORT int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint
 	}
 	for (uint32_t k = 0; k < nrec; k++) {
 		struct md_stats_rec *r = md_ring_reserve_at(&c->a.stats, k);
-		uint32_t pos = *(uint32_t *)r;
 		uint32_t t0 = token0 + k * MD_ATTN_TOKENS_PER_REC;
 		uint32_t n = count - k * MD_ATTN_TOKENS_PER_REC;
 		if (n > MD_ATTN_TOKENS_PER_REC)
 			n = MD_ATTN_TOKENS_PER_REC;
-		memset(r, 0, sizeof(*r));
-		r->pos = pos;
+		memset(r, 0, sizeof(*r));   /* pos: md_ring_publish_n stamps it */
 		r->type = MD_REC_ATTN_TOKENS;
 		r->seq = m->seq;
 		r->slot = slot;
@@ -781,19 +763,34 @@ MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)
 	if (!c->attached)
 		return MD_EDETACHED;
 	heartbeat(c, md__now_ns());
-	int64_t avail = md_ring_available(&c->a.cmds);
-	if (avail < 0) {
-		lost(c, "command ring: tail out of range");
-		c->proto_errors++;
-		return MD_EPROTO;
-	}
+	struct md_ring_cons *cr = &c->a.cmds;
 	size_t n = 0;
+	int tail_checked = 0;
 	struct md_engine_ctrl *ec = c->a.ectrl;
-	while (avail > 0 && n < cap && n < INT32_MAX) {
+	while (n < cap && n < INT32_MAX) {
 		struct md_cmd cmd;
-		avail--;
-		if (md_ring_copy_next(&c->a.cmds, &cmd) != MD_RING_OK ||
-		    cmd.type != MD_CMD_EVICT || cmd.slot >= c->page_capacity) {
+		/* The stamp publishes a command (one cache line per command); the
+		 * tail, checked once per call when the stamps run out, is what
+		 * validates the daemon and exposes published but misstamped ones. */
+		int st = md_ring_poll_stamped(cr, &cmd);
+		if (st == MD_RING_EMPTY) {
+			if (!tail_checked) {
+				tail_checked = 1;
+				if (md_ring_check_tail(cr) < 0)
+					st = MD_RING_BAD_TAIL;
+			}
+			if (st == MD_RING_EMPTY) {
+				if (cr->next >= cr->tail_seen)
+					break;
+				st = md_ring_copy_next(cr, &cmd);
+			}
+		}
+		if (st == MD_RING_BAD_TAIL) {
+			lost(c, "command ring: tail out of range");
+			c->proto_errors++;
+			return MD_EPROTO;
+		}
+		if (st != MD_RING_OK || cmd.type != MD_CMD_EVICT || cmd.slot >= c->page_capacity) {
 			c->proto_errors++;
 			continue;
 		}
@@ -812,7 +809,7 @@ MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)
 		out[n].decided_ns = cmd.decided_ns;
 		n++;
 	}
-	md_ring_release(&c->a.cmds);
+	md_ring_release(cr);
 	return (int)n;
 }
 
@@ -823,7 +820,7 @@ MD__EXPORT int md_wait_commands(md_client *c, int timeout_ms)
 	struct md_engine_ctrl *ec = c->a.ectrl;
 	md_store_relaxed(&ec->sleeping, 1);
 	md_fence_full();
-	int64_t avail = md_ring_available(&c->a.cmds);
+	int64_t avail = md_ring_check_tail(&c->a.cmds);
 	if (avail == 0) {
 		struct pollfd pfd = { .fd = c->a.db_engine_fd, .events = POLLIN };
 		int pr = poll(&pfd, 1, timeout_ms);
@@ -832,7 +829,7 @@ MD__EXPORT int md_wait_commands(md_client *c, int timeout_ms)
 			ssize_t k = read(c->a.db_engine_fd, &v, sizeof(v));
 			(void)k;
 		}
-		avail = md_ring_available(&c->a.cmds);
+		avail = md_ring_check_tail(&c->a.cmds);
 	}
 	md_store_relaxed(&ec->sleeping, 0);
 	heartbeat(c, md__now_ns());
