@@ -5,6 +5,7 @@
  * same statistics; the journal's bounds hold.
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -342,9 +343,5 @@ static Suite *calibrate_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(calibrate_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return md_test_main(calibrate_suite());
 }

@@ -6,6 +6,7 @@
  * no allocation on the publish/poll paths (malloc is wrapped at link time).
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -797,9 +798,5 @@ static Suite *client_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(client_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(client_suite());
 }

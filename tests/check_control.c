@@ -4,6 +4,7 @@
  * (unknown commands, argument counts, numbers, options, binary bytes).
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,9 +258,5 @@ static Suite *control_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(control_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(control_suite());
 }

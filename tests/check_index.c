@@ -6,6 +6,7 @@
  * bad records rejected with the right reason, budgets and the evicting state.
  */
 #include <check.h>
+#include "test_util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -761,9 +762,5 @@ static Suite *index_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(index_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(index_suite());
 }

@@ -6,6 +6,7 @@
  * run so an element the kernel forgets to write fails the comparison.
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -683,10 +684,7 @@ static Suite *kernels_suite(void)
 int main(void)
 {
 	rng_seed();
-	SRunner *sr = srunner_create(kernels_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = md_test_failures(kernels_suite());
 	if (failed)
 		fprintf(stderr, "check_kernels: seed %llu\n", (unsigned long long)g_seed);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;

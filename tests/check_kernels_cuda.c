@@ -6,6 +6,7 @@
  * are compared with the CPU implementations on random inputs.
  */
 #include <check.h>
+#include "test_util.h"
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
@@ -237,9 +238,5 @@ int main(void)
 	tcase_add_test(tc, test_gpu_page_mass);
 	tcase_add_test(tc, test_gpu_flash);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(s);
 }

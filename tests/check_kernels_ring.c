@@ -8,6 +8,7 @@
  * bench/gpu/ring_roundtrip.
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,9 +138,5 @@ int main(void)
 	tcase_add_test(tc, test_no_device);
 	tcase_add_test(tc, test_device_engine_side);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(s);
 }

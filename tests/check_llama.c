@@ -5,6 +5,7 @@
  * Needs MEMDECAY_LLAMA_MODEL and MEMDECAYD (set by tests/llama.cmake).
  */
 #include <check.h>
+#include "test_util.h"
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
@@ -719,9 +720,5 @@ static Suite *llama_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(llama_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(llama_suite());
 }

@@ -5,6 +5,7 @@
  * blocking poll with nothing to do sleeps instead of spinning.
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -224,9 +225,5 @@ static Suite *loop_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(loop_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(loop_suite());
 }

@@ -4,6 +4,7 @@
  * file:line errors, and save/load round trips.
  */
 #include <check.h>
+#include "test_util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,9 +258,5 @@ static Suite *params_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(params_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(params_suite());
 }

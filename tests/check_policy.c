@@ -4,6 +4,7 @@
  * ties, the parameter-block view and eviction statistics.
  */
 #include <check.h>
+#include "test_util.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,9 +432,5 @@ static Suite *policy_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(policy_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(policy_suite());
 }

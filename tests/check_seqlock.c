@@ -4,6 +4,7 @@
  * reader give up instead of returning half-written values.
  */
 #include <check.h>
+#include "test_util.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -115,9 +116,5 @@ static Suite *seqlock_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(seqlock_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return md_test_main(seqlock_suite());
 }

@@ -3,7 +3,10 @@
  * stats ring -> command ring (memdecay_ring.h over real memfd segments laid out
  * by memdecay_abi.h), spinning or with the daemon asleep on its doorbell.
  * The engine role sends a 64-byte struct md_stats_rec; the daemon role answers
- * with a 32-byte struct md_cmd, exactly as the real transport does.
+ * with a 32-byte struct md_cmd, exactly as the real transport does.  Round
+ * trips consume by stamp (md_ring_poll_stamped: one cache line per message,
+ * as the engine library takes its commands); the stream consumes by tail in
+ * bulk, as the daemon drains its stats rings.
  */
 #define _GNU_SOURCE
 #include "bench_ipc.h"
@@ -333,6 +336,7 @@ static int ring_attach(struct ring_state *r, struct ring_view *v, int as_engine)
 	v->prod.next = md_load_acquire(v->prod.tail);
 	v->prod.cached_head = md_load_acquire(v->prod.head);
 	v->cons.next = md_load_acquire(v->cons.head);
+	v->cons.tail_seen = v->cons.next;
 	return 0;
 }
 
@@ -386,6 +390,35 @@ static int ring_take_rec(struct ring_view *v, struct md_stats_rec *rec)
 	return 0;
 }
 
+/* Daemon side, round trips: wait for one record by its stamp, spinning or
+ * (doorbell) sleeping as ring_daemon_wait does; the re-check after the fence
+ * is the stamp, which the engine stores before its tail and its fence. */
+static int ring_daemon_take(struct ring_state *r, struct ring_view *v, struct bench_shared *sh,
+			    struct md_stats_rec *rec, uint64_t *spins, uint64_t *deadline)
+{
+	for (;;) {
+		int st = md_ring_poll_stamped(&v->cons, rec);
+		if (st == MD_RING_EMPTY && r->doorbell) {
+			md_store_relaxed(&v->dctrl->sleeping, 1u);
+			md_fence_full();
+			st = md_ring_poll_stamped(&v->cons, rec);
+			if (st == MD_RING_EMPTY) {
+				uint64_t cnt;
+				if (read(r->bell_to_daemon, &cnt, sizeof(cnt)) == (ssize_t)sizeof(cnt))
+					sh->wakeups++;
+			}
+			md_store_relaxed(&v->dctrl->sleeping, 0u);
+		}
+		if (st != MD_RING_EMPTY)
+			return st == MD_RING_OK ? 0 : -1;
+		if (!r->doorbell) {
+			cpu_relax();
+			if (bench_spin_expired(spins, deadline))
+				return -1;
+		}
+	}
+}
+
 /* Daemon side of n round trips: take one record, answer one command. */
 static int ring_rtt_peer(struct ring_state *r, struct ring_view *v, struct bench_shared *sh,
 			 uint64_t n)
@@ -393,8 +426,9 @@ static int ring_rtt_peer(struct ring_state *r, struct ring_view *v, struct bench
 	struct md_stats_rec rec;
 	uint64_t spins = 0, deadline = 0;
 	for (uint64_t i = 0; i < n; i++) {
-		int64_t avail = ring_daemon_wait(r, v, sh, &spins, &deadline);
-		if (avail != 1 || ring_take_rec(v, &rec) < 0)
+		if (ring_daemon_take(r, v, sh, &rec, &spins, &deadline) < 0)
+			return -1;
+		if (rec.type != MD_REC_ATTN_PAGE || rec.slot >= RING_PAGE_CAPACITY)
 			return -1;
 		md_ring_release(&v->cons);
 		struct md_cmd *c;
@@ -508,16 +542,13 @@ static int ring_rtt_self(struct ring_state *r, struct ring_view *v, struct bench
 		uint64_t t0 = bench_ticks();
 		if (ring_send(r, v, sh, i, &spins, &deadline) < 0)
 			return -1;
-		int64_t avail;
-		while ((avail = md_ring_available(&v->cons)) == 0) {
+		struct md_cmd cmd;
+		int st;
+		while ((st = md_ring_poll_stamped(&v->cons, &cmd)) == MD_RING_EMPTY) {
 			cpu_relax();
 			if (bench_spin_expired(&spins, &deadline))
 				return -1;
 		}
-		if (avail < 0)
-			return -1;
-		struct md_cmd cmd;
-		int st = md_ring_copy_next(&v->cons, &cmd);
 		md_ring_release(&v->cons);
 		samples[i - base] = bench_ticks() - t0;
 		if (st != MD_RING_OK || cmd.slot != (uint32_t)(i % RING_PAGE_CAPACITY))

@@ -60,13 +60,13 @@ double md__memdecay_lower_bound(const struct md__page *pg, const struct md__scor
  * Policies whose score is a function of the page alone that never falls as the
  * clock advances (h2o, recency, random) are their own lower bound, with no
  * static part: .static_bound = md__policy_no_static_bound, and
- * MD__SELF_BOUNDED_POLICY(value, attn) defines their static score() and
+ * MD__SELF_BOUNDED_POLICY(value, with_attn) defines their static score() and
  * lower_bound() from `static double value(const struct md__page *pg)`.  The
- * terms report decay 0 and attn = the score (attn 1) or 0 (attn 0).
+ * terms report decay 0 and attn = the score (with_attn 1) or 0 (with_attn 0).
  */
 double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p);
 
-#define MD__SELF_BOUNDED_POLICY(value, attn)                                            \
+#define MD__SELF_BOUNDED_POLICY(value, with_attn)                                       \
 	static double score(const struct md__page *pg, const uint64_t *t_refresh,      \
 			    const struct md__score_in *in, struct md__score_terms *terms) \
 	{                                                                               \
@@ -75,7 +75,7 @@ double md__policy_no_static_bound(const struct md__page *pg, const struct md__pa
 		(void)in;                                                               \
 		if (terms) {                                                            \
 			terms->decay = 0.0;                                             \
-			terms->attn = (attn) ? s : 0.0;                                 \
+			terms->attn = (with_attn) ? s : 0.0;                            \
 		}                                                                       \
 		return s;                                                               \
 	}                                                                               \
