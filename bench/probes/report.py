@@ -108,25 +108,62 @@ def kept_half_lives(out_path):
     return None
 
 
+PAPER_HALF_LIVES = {"system": "148–189", "scratchpad": "14–16",
+                    "retrieval": "longest-lived movable region"}
+
+
+def _fmt_h(x, nd=0):
+    return "∞" if x is None else f"{x:.{nd}f}"
+
+
+def _fmt_ci(ci):
+    if not ci:
+        return "—"
+    lo, hi = ci
+    return f"{_fmt_h(lo, 1)}–{_fmt_h(hi, 1)}"
+
+
+def half_life_table(hl):
+    """One table: the main measurement, each alternative beside it, the paper last."""
+    alts = hl.get("alternatives", [])
+    head = ["region", "half-life (steps)", "95% CI", "KM", "samples (events / censored)"]
+    for a in alts:
+        head += [f"{a['label']}: half-life", "95% CI", "KM"]
+    head.append("paper (Qwen2.5-1.5B/3B)")
+    lines = ["| " + " | ".join(head) + " |",
+             "|---|" + "|".join(["---:"] * (len(head) - 2)) + "|---|"]
+    for r in REGIONS:
+        e = hl.get("regions", {}).get(r)
+        if not e:
+            continue
+        cells = [r, _fmt_h(e.get("half_life_steps"), 1), _fmt_ci(e.get("ci95")),
+                 _fmt_h(e.get("km_half_life_steps")),
+                 f"{e.get('samples', '—')} ({e.get('events', '—')} / {e.get('censored', '—')})"]
+        for a in alts:
+            ea = a.get("regions", {}).get(r, {})
+            cells += [_fmt_h(ea.get("half_life_steps"), 1), _fmt_ci(ea.get("ci95")),
+                      _fmt_h(ea.get("km_half_life_steps"))]
+        cells.append(PAPER_HALF_LIVES.get(r, "—"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def half_life_section(out_path):
     hl_json = os.path.join(HERE, "results", "half_lives.json")
     lines = [HL_BEGIN]
     if os.path.exists(hl_json):
         hl = json.load(open(hl_json))
-        lines += [f"Measured by `{hl.get('source', 'memdecayctl calibrate')}` on "
-                  f"{hl.get('model', 'SmolLM2-135M-Instruct')}.", "",
-                  "| region | half-life (steps) | 95% CI | samples | paper (Qwen2.5-1.5B/3B) |",
-                  "|---|---:|---|---:|---|"]
-        paper = {"system": "148–189", "scratchpad": "14–16",
-                 "retrieval": "longest-lived movable region"}
-        for r in REGIONS:
-            e = hl.get("regions", {}).get(r)
-            if not e:
-                continue
-            ci = e.get("ci95")
-            ci_s = f"{ci[0]:.0f}–{ci[1]:.0f}" if ci else "—"
-            lines.append(f"| {r} | {e.get('half_life_steps', float('nan')):.0f} | {ci_s} | "
-                         f"{e.get('samples', '—')} | {paper.get(r, '—')} |")
+        lines += [f"Measured with `{hl.get('source', 'memdecayctl calibrate')}` on "
+                  f"{hl.get('model', 'SmolLM2-135M-Instruct')}"
+                  + (f", {hl['setup']}" if hl.get("setup") else "") + ".", ""]
+        lines += half_life_table(hl) + [""]
+        for note in hl.get("notes", []):
+            lines += [note, ""]
+        img = hl.get("plot")
+        if img:
+            lines += [f"![half-life per region]({img})", ""]
+        while lines and lines[-1] == "":
+            lines.pop()
     else:
         kept = kept_half_lives(out_path)
         if kept:
