@@ -7,8 +7,10 @@ then `memdecayctl calibrate --from JOURNAL --json` per setting (docs/calibration
 journal_lifetimes.py on the same journal (lifetime quantiles, the estimate without the attention
 sinks).  One model process at a time.
 
-    half_lives.py                       # both settings on results/traces/long-*.jsonl
+    half_lives.py                       # the settings on results/traces/long-s100{0,1}.jsonl
+                                        # (a setting with a stored journal is not rerun)
     half_lives.py --rebuild             # no model: recompute from results/journals/*.journal.gz
+    half_lives.py --remeasure           # run the model for every setting
     half_lives.py --settings raw:0.02,relative:1 --traces a.jsonl,b.jsonl
 
 The journals are kept gzipped in results/journals/ (about 0.6 MB each), so the table can be
@@ -98,7 +100,7 @@ def summarize(journal, ctl):
             "lifetime_p90": journal_lifetimes.quantile(Ls, 0.9),
             "half_life_without_first_4_tokens": journal_lifetimes.mle(nosink, grace),
         }
-    return cal, regions
+    return cal, regions, max((rec[8] for rec in recs), default=0)
 
 
 def main():
@@ -110,6 +112,8 @@ def main():
     ap.add_argument("--agent", default=os.path.join(ROOT, "build", "bin", "memdecay-agent"))
     ap.add_argument("--model")
     ap.add_argument("--rebuild", action="store_true", help="no model: use the stored journals")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="run the model even for settings with a stored journal")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "half_lives.json"))
     args = ap.parse_args()
     bindir = os.path.dirname(args.agent)
@@ -134,14 +138,16 @@ def main():
     try:
         for norm, tau in settings:
             name = setting_name(norm, tau)
-            if args.rebuild:
+            stored = os.path.join(jdir, name + ".journal.gz")
+            if args.rebuild or (os.path.exists(stored) and not args.remeasure):
                 journal = os.path.join(tmp, name + ".journal")
                 with gzip.open(os.path.join(jdir, name + ".journal.gz"), "rb") as g, \
                         open(journal, "wb") as f:
                     shutil.copyfileobj(g, f)
             else:
                 journal = measure(args, norm, tau, traces, jdir, tmp)
-            cal, regions = summarize(journal, args.ctl)
+            cal, regions, last_clock = summarize(journal, args.ctl)
+            out["trace_tokens_max"] = max(out.get("trace_tokens_max", 0), last_clock)
             out["settings"].append({"name": name, "norm": norm, "tau": tau,
                                     "grace_steps": cal["grace_steps"],
                                     "journal": os.path.relpath(
