@@ -159,6 +159,7 @@ def main():
     main_s = out["settings"][0]
     out["regions"] = main_s["regions"]
     out["main_setting"] = main_s["name"]
+    out["main_label"] = f"τ = {main_s['tau']:g} {main_s['norm']}"
     out["alternatives"] = [{"label": f"τ = {s['tau']:g} {s['norm']}", "regions": s["regions"]}
                            for s in out["settings"][1:]]
     old = json.load(open(args.out)) if os.path.exists(args.out) else {}

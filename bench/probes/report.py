@@ -125,10 +125,11 @@ def _fmt_ci(ci):
 
 def half_life_table(hl):
     """One table: the main measurement, each alternative beside it, the paper last."""
-    alts = hl.get("alternatives", [])
-    head = ["region", "half-life (steps)", "95% CI", "KM", "samples (events / censored)"]
-    for a in alts:
-        head += [f"{a['label']}: half-life", "95% CI", "KM"]
+    sets = [{"label": hl.get("main_label", "measured"), "regions": hl.get("regions", {})}]
+    sets += hl.get("alternatives", [])
+    head = ["region", "samples"]
+    for a in sets:
+        head += [f"{a['label']}: half-life (95% CI)", "KM", "events / censored"]
     head.append("paper (Qwen2.5-1.5B/3B)")
     lines = ["| " + " | ".join(head) + " |",
              "|---|" + "|".join(["---:"] * (len(head) - 2)) + "|---|"]
@@ -136,13 +137,12 @@ def half_life_table(hl):
         e = hl.get("regions", {}).get(r)
         if not e:
             continue
-        cells = [r, _fmt_h(e.get("half_life_steps"), 1), _fmt_ci(e.get("ci95")),
-                 _fmt_h(e.get("km_half_life_steps")),
-                 f"{e.get('samples', '—')} ({e.get('events', '—')} / {e.get('censored', '—')})"]
-        for a in alts:
+        cells = [r, str(e.get("samples", "—"))]
+        for a in sets:
             ea = a.get("regions", {}).get(r, {})
-            cells += [_fmt_h(ea.get("half_life_steps"), 1), _fmt_ci(ea.get("ci95")),
-                      _fmt_h(ea.get("km_half_life_steps"))]
+            cells += [f"{_fmt_h(ea.get('half_life_steps'), 1)} ({_fmt_ci(ea.get('ci95'))})",
+                      _fmt_h(ea.get("km_half_life_steps")),
+                      f"{ea.get('events', '—')} / {ea.get('censored', '—')}"]
         cells.append(PAPER_HALF_LIVES.get(r, "—"))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -225,9 +225,20 @@ def write_report(runs_path, manifest_path, out_path, img_dir=None, pinned=("syst
     if len(rows) < 1000:
         L.append(f"- **Fewer than the 1,000 scored evaluations `run.py --full` aims at**: this "
                  f"output covers {len(trace_tokens.get('short', []))} short and "
-                 f"{len(trace_tokens.get('long', []))} long traces (the `--full` preset has 4 + 4). "
+                 f"{len(trace_tokens.get('long', []))} long traces (the `--full` preset has 8 short "
+                 f"+ 4 long). "
                  f"`python3 bench/probes/run.py --full --out {os.path.relpath(runs_path, ROOT)}` "
                  f"resumes and adds the missing traces.")
+    per_trace = {}
+    for r in ok_runs:
+        if r["policy"] != FULL:
+            per_trace[r["trace"]] = per_trace.get(r["trace"], 0) + 1
+    most = max(per_trace.values(), default=0)
+    partial = sorted(t for t, n in per_trace.items() if n < most)
+    for t in partial:
+        L.append(f"- `{t}` is partial: {per_trace[t]} of the {most} eviction runs the other traces "
+                 f"have (the run was stopped there; its cells hold fewer policies or budgets than "
+                 f"the others, so compare policies on the per-budget tables).")
     for t in tiers:
         if not sel(rows, tier=t, region=lambda x: x in pinned):
             L.append(f"- On the {t} tier no pinned-region probe passes at full cache, so nothing "

@@ -39,7 +39,7 @@ NOPIN = "+nopin"
 PRESETS = {
     # policies, budget fractions, short traces, long traces
     "quick": (["recency", "memdecay"], [0.5], 1, 0),
-    "full": (probelib.POLICIES + ["recency" + NOPIN], [0.25, 0.5, 0.75], 4, 4),
+    "full": (probelib.POLICIES + ["recency" + NOPIN], [0.25, 0.5, 0.75], 8, 4),
 }
 
 
