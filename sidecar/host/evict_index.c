@@ -283,6 +283,8 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 			e->cls_lambda[e->n_cls++] = lam;
 	}
 	uint32_t k = md__engine_protect_count(h, e);
+	e->k_applied = k;
+	e->k_dirty = 0;
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		struct md__seq *s = &e->seqs[q];
 		s->heap_n = 0;
@@ -675,23 +677,55 @@ static void emit(struct md__host *h, struct md__engine *e, const struct cand *c,
 	md__page_set_evicting(h, e, c->slot);
 }
 
+/* the over-budget set for budget b (0: stop tracking): O(max_seqs), run only
+ * when the effective sequence budget changes */
+static void ob_rebuild(struct md__engine *e, uint64_t b)
+{
+	for (uint32_t i = 0; i < e->ob_n; i++)
+		e->seqs[e->ob_seqs[i]].ob_pos = 0;
+	e->ob_n = 0;
+	e->ob_budget = b;
+	if (b)
+		for (uint32_t q = 0; q < e->max_seqs; q++)
+			md__ob_note(e, q);
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
 size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 			       struct md__decision *out, size_t cap)
 {
 	if (!md__index_live(h, e))
 		md__index_rebuild(h, e);
+	/* protection: only when the count moved or a sequence took another one */
 	uint32_t k = md__engine_protect_count(h, e);
-	for (uint32_t q = 0; q < e->max_seqs; q++)
-		if (e->seqs[q].k_protect != k)
-			md__seq_set_protect(h, e, q, k);
+	if (k != e->k_applied || e->k_dirty) {
+		e->k_applied = k;
+		e->k_dirty = 0;
+		for (uint32_t q = 0; q < e->max_seqs; q++)
+			if (e->seqs[q].k_protect != k)
+				md__seq_set_protect(h, e, q, k);
+	}
 
 	size_t n = 0;
 	struct scope sc;
 	uint64_t bseq = md__engine_seq_budget_tokens(h, e);
 	double lw = h->params.low_watermark;
-	if (bseq) {
+	if (bseq != e->ob_budget)
+		ob_rebuild(e, bseq);
+	if (bseq && e->ob_n) {
 		uint64_t target = (uint64_t)floor(lw * (double)bseq);
-		for (uint32_t q = 0; q < e->max_seqs && n < cap; q++) {
+		/* the set in sequence order (emits shrink the set: work on a copy) */
+		uint32_t *ids = e->ob_seqs + e->max_seqs, nids = e->ob_n;
+		memcpy(ids, e->ob_seqs, (size_t)nids * sizeof(*ids));
+		if (nids > 1)
+			qsort(ids, nids, sizeof(*ids), u32_cmp);
+		for (uint32_t i = 0; i < nids && n < cap; i++) {
+			uint32_t q = ids[i];
 			struct md__seq *s = &e->seqs[q];
 			if (s->tokens_live <= bseq)
 				continue;

@@ -78,6 +78,7 @@ static void engine_free(struct md__engine *e)
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
 			free(e->seqs[q].dheap[c]);
 	}
+	free(e->ob_seqs);
 	free(e->dheap_pos);
 	free(e->hpos);
 	free(e->dcls);
@@ -165,8 +166,10 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->dheap_pos = big_calloc(page_capacity, sizeof(*e->dheap_pos));
 	e->hpos = big_calloc(page_capacity, sizeof(*e->hpos));
 	e->dcls = malloc(page_capacity);
+	e->ob_seqs = malloc((size_t)max_seqs * 2 * sizeof(*e->ob_seqs));
 	e->params = &h->params;
-	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls || !e->hpos) {
+	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls || !e->hpos ||
+	    !e->ob_seqs) {
 		engine_free(e);
 		return -ENOMEM;
 	}

@@ -42,7 +42,7 @@ _Static_assert(sizeof(struct md__page) == 64, "page is one cache line");
 struct md__pos_ent {      /* a sequence's pages in first_pos order */
 	uint64_t first_pos;
 	uint32_t slot;
-	uint32_t pad;
+	uint32_t n_tokens;        /* == pages[slot].n_tokens: overlap checks stay in this array */
 };
 
 struct md__heap_ent {     /* min-heap by key: a lower bound of the score */
@@ -59,6 +59,8 @@ struct md__seq {
 	uint32_t heap_n, heap_cap;
 	uint32_t nodecay;         /* pages in heap but in no decay heap */
 	uint32_t n_evicting;      /* its pages waiting for the engine's free */
+	uint32_t ob_pos;          /* 1 + its index in the engine's over-budget set, 0: not in it */
+	uint32_t tail_slot;       /* pages[n_pages - 1].slot when n_pages: grows hit it */
 	struct md__pos_ent *pages;
 	struct md__heap_ent *heap;
 	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
@@ -81,6 +83,14 @@ struct md__engine {
 	const struct md__params *params; /* the host's, for index upkeep */
 	double cls_lambda[MD_REGIONS_MAX];
 	uint32_t n_cls;
+	/* sequences with tokens_live > ob_budget (0: not tracked), kept at ingest so a
+	 * decision pass visits only those; [max_seqs .. 2 max_seqs) is sort scratch */
+	uint32_t *ob_seqs;
+	uint32_t ob_n;
+	uint64_t ob_budget;
+	/* every sequence has k_protect == k_applied unless k_dirty */
+	uint32_t k_applied;
+	int k_dirty;
 	uint64_t index_epoch;     /* params epoch the index was built for */
 	uint32_t policy;          /* effective policy of index_epoch */
 	uint32_t norm_mode;
@@ -133,6 +143,26 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		  uint64_t clock);
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
 int md__index_live(const struct md__host *h, const struct md__engine *e);
+
+/* keeps sequence q's membership of the over-budget set after its tokens_live changed */
+static inline void md__ob_note(struct md__engine *e, uint32_t q)
+{
+	if (!e->ob_budget)
+		return;
+	struct md__seq *s = &e->seqs[q];
+	int over = s->tokens_live > e->ob_budget;
+	if (over == (s->ob_pos != 0))
+		return;
+	if (over) {
+		e->ob_seqs[e->ob_n++] = q;
+		s->ob_pos = e->ob_n;
+	} else {
+		uint32_t i = s->ob_pos - 1, last = e->ob_seqs[--e->ob_n];
+		e->ob_seqs[i] = last;
+		e->seqs[last].ob_pos = i + 1;
+		s->ob_pos = 0;
+	}
+}
 
 /* evict_index.c */
 void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);

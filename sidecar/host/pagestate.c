@@ -126,6 +126,8 @@ void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq,
 	uint32_t n = s->n_pages;
 	uint32_t old = s->k_protect;
 	s->k_protect = k;
+	if (k != e->k_applied)
+		e->k_dirty = 1;
 	/* ranks [min(old,k), max(old,k)) change side; rank r is index n-1-r */
 	uint32_t lo = old < k ? old : k, hi = old < k ? k : old;
 	if (hi > n)
@@ -134,18 +136,20 @@ void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq,
 		set_prot(h, e, s->pages[n - 1 - r].slot, k > old);
 }
 
-/* adds a page to its sequence's order; protection moves as ranks shift */
-static void seq_insert(struct md__host *h, struct md__engine *e, uint32_t slot)
+/* adds a page to its sequence's order at i (its lower bound, from
+ * seq_overlaps); protection moves as ranks shift */
+static void seq_insert(struct md__host *h, struct md__engine *e, uint32_t slot, uint32_t i)
 {
 	struct md__page *pg = &e->pages[slot];
 	struct md__seq *s = &e->seqs[pg->seq];
-	uint32_t i = seq_lower_bound(s, pg->first_pos);
 	uint32_t n = s->n_pages;
 	memmove(&s->pages[i + 1], &s->pages[i], (size_t)(n - i) * sizeof(s->pages[0]));
 	s->pages[i].first_pos = pg->first_pos;
 	s->pages[i].slot = slot;
-	s->pages[i].pad = 0;
+	s->pages[i].n_tokens = pg->n_tokens;
 	s->n_pages = n + 1;
+	if (i == n)
+		s->tail_slot = slot;
 	uint32_t rank = n - i, k = s->k_protect;
 	if (rank < k) {
 		pg->flags |= MD__PF_PROT;
@@ -170,6 +174,8 @@ static void seq_erase(struct md__host *h, struct md__engine *e, uint32_t slot)
 		set_prot(h, e, s->pages[n - 1 - k].slot, 1);
 	memmove(&s->pages[i], &s->pages[i + 1], (size_t)(n - 1 - i) * sizeof(s->pages[0]));
 	s->n_pages = n - 1;
+	if (s->n_pages)
+		s->tail_slot = s->pages[s->n_pages - 1].slot;
 	if (e->hpos[slot] != MD__NO_HEAP)
 		md__heap_remove(e, s, slot);
 	pg->flags &= (uint8_t)~MD__PF_PROT;
@@ -177,15 +183,26 @@ static void seq_erase(struct md__host *h, struct md__engine *e, uint32_t slot)
 		e->seqs_live--;
 }
 
-/* the page would overlap a neighbour in its sequence */
-static int seq_overlaps(const struct md__seq *s, const struct md__engine *e, uint64_t first_pos,
-			uint32_t n_tokens, uint32_t self)
+/* the page [first_pos, first_pos + n_tokens) would overlap a neighbour in its
+ * sequence; *at = seq_lower_bound(s, first_pos).  Reads only the order array
+ * (its entries carry n_tokens), never the neighbours' pages: those are cold.
+ * Pages are appended or grown at the tail almost always: the tail entry
+ * answers without the binary search. */
+static int seq_overlaps(const struct md__seq *s, uint64_t first_pos, uint32_t n_tokens,
+			uint32_t self, uint32_t *at)
 {
-	uint32_t i = seq_lower_bound(s, first_pos);
+	uint32_t n = s->n_pages, i;
+	if (n == 0 || s->pages[n - 1].first_pos < first_pos)
+		i = n;
+	else if (s->pages[n - 1].first_pos == first_pos)
+		i = n - 1;
+	else
+		i = seq_lower_bound(s, first_pos);
+	*at = i;
 	if (first_pos + n_tokens < first_pos)
 		return 1;
 	/* next page at or after first_pos */
-	for (uint32_t j = i; j < s->n_pages && j <= i + 1; j++) {
+	for (uint32_t j = i; j < n && j <= i + 1; j++) {
 		if (s->pages[j].slot == self)
 			continue;
 		if (s->pages[j].first_pos < first_pos + n_tokens)
@@ -195,8 +212,7 @@ static int seq_overlaps(const struct md__seq *s, const struct md__engine *e, uin
 	for (uint32_t j = i; j-- > 0;) {
 		if (s->pages[j].slot == self)
 			continue;
-		const struct md__page *q = &e->pages[s->pages[j].slot];
-		if (q->first_pos + q->n_tokens > first_pos)
+		if (s->pages[j].first_pos + s->pages[j].n_tokens > first_pos)
 			return 1;
 		break;
 	}
@@ -218,13 +234,17 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	if (!labels_known(&h->params, labels, 0, n_tokens))
 		return -MD__REJ_REGION;
 	struct md__seq *s = &e->seqs[seq];
-	if (seq_overlaps(s, e, first_pos, n_tokens, UINT32_MAX))
+	uint32_t at;
+	if (seq_overlaps(s, first_pos, n_tokens, UINT32_MAX, &at))
 		return -MD__REJ_POS;
 	if (grow_array((void **)&s->pages, &s->cap_pages, s->n_pages + 1, sizeof(s->pages[0])) ||
 	    grow_array((void **)&s->heap, &s->heap_cap, s->n_pages + 1, sizeof(s->heap[0])))
 		return -MD__REJ_STATE; /* out of memory: refuse the record, keep state */
-	if (s->n_pages == 0)
+	if (s->n_pages == 0) {
 		s->k_protect = md__engine_protect_count(h, e);
+		if (s->k_protect != e->k_applied)
+			e->k_dirty = 1;
+	}
 	if (clock > s->clock)
 		s->clock = clock;
 	struct md__page *pg = &e->pages[slot];
@@ -243,7 +263,8 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	s->tokens_live += n_tokens;
 	e->tokens_live += n_tokens;
 	e->pages_live++;
-	seq_insert(h, e, slot);
+	md__ob_note(e, seq);
+	seq_insert(h, e, slot, at);
 	md__page_reindex(h, e, slot);
 	return 0;
 }
@@ -273,6 +294,7 @@ void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t sl
 	e->tokens_live -= pg->n_tokens;
 	e->pages_live--;
 	e->pages_evicting++;
+	md__ob_note(e, pg->seq);
 }
 
 void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
@@ -284,6 +306,7 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 		s->tokens_live -= pg->n_tokens;
 		e->tokens_live -= pg->n_tokens;
 		e->pages_live--;
+		md__ob_note(e, pg->seq);
 	} else if (pg->state == MD__SLOT_EVICTING) {
 		e->pages_evicting--;
 		e->seqs[pg->seq].n_evicting--;
@@ -306,6 +329,7 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	}
 	s->clock = 0;
 	s->tokens_live = 0;
+	md__ob_note(e, seq);
 }
 
 static int page_grow(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
@@ -320,8 +344,23 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 	if (!labels_known(&h->params, r->u.page.labels, old, n))
 		return -MD__REJ_REGION;
 	struct md__seq *s = &e->seqs[pg->seq];
-	if (pg->state == MD__SLOT_LIVE && seq_overlaps(s, e, pg->first_pos, n, r->slot))
-		return -MD__REJ_POS;
+	uint32_t at = 0;
+	if (pg->state == MD__SLOT_LIVE) {
+		if (s->n_pages && s->tail_slot == r->slot) {
+			/* the tail page (the usual grow): no page after it, and the one
+			 * before ends at or before its first_pos (every open and grow
+			 * keeps that), so only a wrap past 2^64 can overlap: the answer
+			 * of seq_overlaps without reading the order array */
+			if (pg->first_pos + n < pg->first_pos)
+				return -MD__REJ_POS;
+			at = s->n_pages - 1;
+		} else {
+			if (seq_overlaps(s, pg->first_pos, n, r->slot, &at))
+				return -MD__REJ_POS;
+			if (at >= s->n_pages || s->pages[at].slot != r->slot)
+				abort(); /* broken invariant: the order lost a page */
+		}
+	}
 	if (r->clock > s->clock)
 		s->clock = r->clock;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
@@ -331,8 +370,10 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 	}
 	pg->n_tokens = (uint16_t)n;
 	if (pg->state == MD__SLOT_LIVE) {
+		s->pages[at].n_tokens = n;
 		s->tokens_live += n - old;
 		e->tokens_live += n - old;
+		md__ob_note(e, pg->seq);
 		md__page_reindex(h, e, r->slot);
 	}
 	return 0;
