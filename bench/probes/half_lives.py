@@ -7,7 +7,7 @@ then `memdecayctl calibrate --from JOURNAL --json` per setting (docs/calibration
 journal_lifetimes.py on the same journal (lifetime quantiles, the estimate without the attention
 sinks).  One model process at a time.
 
-    half_lives.py                       # the settings on results/traces/long-s100{0,1}.jsonl
+    half_lives.py                       # 3 settings on results/traces/long-s100{0,1}.jsonl
                                         # (a setting with a stored journal is not rerun)
     half_lives.py --rebuild             # no model: recompute from results/journals/*.journal.gz
     half_lives.py --remeasure           # run the model for every setting
@@ -106,9 +106,10 @@ def summarize(journal, ctl):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--traces", help="comma list (default: results/traces/long-*.jsonl)")
-    ap.add_argument("--settings", default="raw:0.02,relative:1",
+    ap.add_argument("--settings", default="raw:0.02,relative:4,relative:1",
                     help="comma list of norm:tau; the first is the main one (default: the "
-                         "daemon's defaults raw:0.02, then relative:1 = above uniform)")
+                         "daemon's default raw:0.02, then relative:4 and relative:1 = 4x and 1x "
+                         "the uniform level)")
     ap.add_argument("--agent", default=os.path.join(ROOT, "build", "bin", "memdecay-agent"))
     ap.add_argument("--model")
     ap.add_argument("--rebuild", action="store_true", help="no model: use the stored journals")
