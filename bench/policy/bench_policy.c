@@ -41,11 +41,7 @@ struct naive { double score; uint64_t first_pos; uint32_t slot; uint32_t pad; };
 static int naive_cmp(const void *a, const void *b)
 {
 	const struct naive *x = a, *y = b;
-	if (x->score != y->score)
-		return x->score < y->score ? -1 : 1;
-	if (x->first_pos != y->first_pos)
-		return x->first_pos < y->first_pos ? -1 : 1;
-	return x->slot < y->slot ? -1 : x->slot > y->slot;
+	return md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
 }
 
 /* the naive decision: score every evictable page; sort (1) or scan (0) */

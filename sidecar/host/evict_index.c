@@ -337,20 +337,13 @@ struct dhead {            /* a decay heap's head: v = g - lambda_c t_seq */
 
 static inline int cand_less(const struct cand *a, const struct cand *b)
 {
-	if (a->score != b->score)
-		return a->score < b->score;
-	if (a->first_pos != b->first_pos)
-		return a->first_pos < b->first_pos;
-	return a->slot < b->slot;
+	return md__evict_order(a->score, a->first_pos, a->slot, b->score, b->first_pos,
+			       b->slot) < 0;
 }
 
 static inline int head_less(const struct head *a, const struct head *b)
 {
-	if (a->key != b->key)
-		return a->key < b->key;
-	if (a->first_pos != b->first_pos)
-		return a->first_pos < b->first_pos;
-	return a->slot < b->slot;
+	return md__evict_order(a->key, a->first_pos, a->slot, b->key, b->first_pos, b->slot) < 0;
 }
 
 struct scope {

@@ -411,12 +411,9 @@ int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
 static int top_cmp(const void *a, const void *b)
 {
 	const struct md__top_entry *x = a, *y = b;
-	if (x->score != y->score)
-		return x->score < y->score ? -1 : 1;
-	if (x->first_pos != y->first_pos)
-		return x->first_pos < y->first_pos ? -1 : 1;
-	if (x->slot != y->slot)
-		return x->slot < y->slot ? -1 : 1;
+	int c = md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
+	if (c)
+		return c;
 	return x->engine_id < y->engine_id ? -1 : x->engine_id > y->engine_id;
 }
 

@@ -144,6 +144,18 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
 int md__index_live(const struct md__host *h, const struct md__engine *e);
 
+/* DESIGN.md's eviction order: lower score first, then the older page (lower
+ * first position), then the lower slot.  Returns <0, 0, >0 like strcmp. */
+static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb, uint64_t pb,
+				  uint32_t lb)
+{
+	if (sa != sb)
+		return sa < sb ? -1 : 1;
+	if (pa != pb)
+		return pa < pb ? -1 : 1;
+	return la < lb ? -1 : la > lb;
+}
+
 /* keeps sequence q's membership of the over-budget set after its tokens_live changed */
 static inline void md__ob_note(struct md__engine *e, uint32_t q)
 {

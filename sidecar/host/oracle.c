@@ -30,11 +30,7 @@ static int live_cmp(const void *a, const void *b)
 static int cand_cmp(const void *a, const void *b)
 {
 	const struct md__oracle_cand *x = a, *y = b;
-	if (x->score != y->score)
-		return x->score < y->score ? -1 : 1;
-	if (x->first_pos != y->first_pos)
-		return x->first_pos < y->first_pos ? -1 : 1;
-	return x->slot < y->slot ? -1 : x->slot > y->slot;
+	return md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
 }
 
 static int cand_seq_cmp(const void *a, const void *b)
