@@ -137,6 +137,18 @@ struct rig {
 	struct llama_context *ctx;
 };
 
+/* A private memdecayd, and an adapter configuration attached to it under one
+ * policy and per-sequence budget. */
+static void daemon_config(struct daemon *d, struct md_llama_config *cfg, const char *policy,
+			  int64_t budget_sequence_tokens)
+{
+	daemon_start(d);
+	md_llama_config_init(cfg);
+	cfg->socket_path = d->sock;
+	cfg->policy = policy;
+	cfg->budget_sequence_tokens = budget_sequence_tokens;
+}
+
 static void rig_open(struct rig *r, const struct md_llama_config *cfg, uint32_t n_ctx,
 		     uint32_t n_seq)
 {
@@ -219,12 +231,8 @@ START_TEST(test_transparency)
 
 	/* adapter attached to a daemon, budget far above the trace */
 	struct daemon d;
-	daemon_start(&d);
 	struct md_llama_config cfg;
-	md_llama_config_init(&cfg);
-	cfg.socket_path = d.sock;
-	cfg.policy = "memdecay";
-	cfg.budget_sequence_tokens = 4096;
+	daemon_config(&d, &cfg, "memdecay", 4096);
 	struct rig r;
 	rig_open(&r, &cfg, 512, 1);
 	uint8_t *reg = malloc(n);
@@ -413,12 +421,8 @@ END_TEST
 START_TEST(test_eviction_budget)
 {
 	struct daemon d;
-	daemon_start(&d);
 	struct md_llama_config cfg;
-	md_llama_config_init(&cfg);
-	cfg.socket_path = d.sock;
-	cfg.policy = "memdecay";
-	cfg.budget_sequence_tokens = 128;
+	daemon_config(&d, &cfg, "memdecay", 128);
 	struct rig r;
 	rig_open(&r, &cfg, 512, 1);
 	feed_text(&r, 0, k_system, MD_REGION_SYSTEM);
@@ -464,12 +468,8 @@ END_TEST
 START_TEST(test_eviction_two_sequences)
 {
 	struct daemon d;
-	daemon_start(&d);
 	struct md_llama_config cfg;
-	md_llama_config_init(&cfg);
-	cfg.socket_path = d.sock;
-	cfg.policy = "memdecay";
-	cfg.budget_sequence_tokens = 96;
+	daemon_config(&d, &cfg, "memdecay", 96);
 	cfg.max_seqs = 2;
 	struct rig r;
 	rig_open(&r, &cfg, 1024, 2);
@@ -508,12 +508,8 @@ END_TEST
 START_TEST(test_eviction_unreachable_budget)
 {
 	struct daemon d;
-	daemon_start(&d);
 	struct md_llama_config cfg;
-	md_llama_config_init(&cfg);
-	cfg.socket_path = d.sock;
-	cfg.policy = "recency";
-	cfg.budget_sequence_tokens = 16;
+	daemon_config(&d, &cfg, "recency", 16);
 	struct rig r;
 	rig_open(&r, &cfg, 512, 1);
 	feed_text(&r, 0, k_system, MD_REGION_SYSTEM);
@@ -572,12 +568,8 @@ END_TEST
 START_TEST(test_fail_open_kill_reattach)
 {
 	struct daemon d;
-	daemon_start(&d);
 	struct md_llama_config cfg;
-	md_llama_config_init(&cfg);
-	cfg.socket_path = d.sock;
-	cfg.policy = "recency";
-	cfg.budget_sequence_tokens = 96;
+	daemon_config(&d, &cfg, "recency", 96);
 	cfg.quiet = 1;
 	struct rig r;
 	rig_open(&r, &cfg, 1024, 1);
