@@ -11,6 +11,7 @@ under /dev/shm, and the daemon's segment descriptors are anonymous
 Needs root (to switch uid); skipped with a message otherwise.
 """
 import os
+import shutil
 import pwd
 import stat
 import subprocess
@@ -83,8 +84,14 @@ def hello_refused(sock):
 
 
 def ctl_child(env, sock):
+    # The build tree may sit where nobody cannot reach it (a clone in a 0700
+    # mktemp directory): run a copy from the test's own directory instead.
+    ctl = os.path.join(env.dir, "memdecayctl")
+    shutil.copy(env.exe("memdecayctl"), ctl)
+    os.chmod(ctl, 0o755)
+
     def child():
-        r = subprocess.run([env.exe("memdecayctl"), "--socket", sock, "get"],
+        r = subprocess.run([ctl, "--socket", sock, "get"],
                            capture_output=True, timeout=10)
         return r.returncode, r.stderr.decode()
     return child
