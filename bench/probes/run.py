@@ -11,6 +11,7 @@ token count, which the full-cache run (budget 0, the ceiling) reports first.
     run.py --traces DIR   bring your own traces (DESIGN.md §5), any number of *.jsonl
 """
 import argparse
+import ctypes
 import glob
 import hashlib
 import json
@@ -41,6 +42,12 @@ PRESETS = {
     "quick": (["recency", "memdecay"], [0.5], 1, 0),
     "full": (probelib.POLICIES + ["recency" + NOPIN], [0.25, 0.5, 0.75], 8, 4),
 }
+
+
+def die_with_parent():
+    """preexec_fn for the daemons a run starts: the kernel sends the child SIGTERM
+    when this process dies, so no memdecayd outlives a killed or crashed run."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def log(msg):
@@ -98,7 +105,8 @@ class Daemon:
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.binary, "--socket", self.socket, "--foreground",
                                       "--log-level", "warn"] + self.extra,
-                                     stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
+                                     stdout=logf, stderr=logf, stdin=subprocess.DEVNULL,
+                                     preexec_fn=die_with_parent)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.proc.poll() is not None:

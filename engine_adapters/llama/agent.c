@@ -4,7 +4,8 @@
  * reports per probe the greedy answer, pass/fail and the gold answer's
  * log-probability, plus evictions by region, KV occupancy and tokens/s.
  * With no daemon at --socket it starts memdecayd (next to its own executable)
- * on a private socket and stops it on exit.
+ * on a private socket and stops it on exit; the kernel ends that daemon too
+ * when the agent dies without an exit (PR_SET_PDEATHSIG).
  */
 #include <errno.h>
 #include <float.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -214,10 +216,16 @@ static int daemon_start(const struct opts *o, struct daemon *d)
 	if (!mkdtemp(d->dir))
 		return -errno;
 	snprintf(d->sock, sizeof(d->sock), "%s/memdecayd.sock", d->dir);
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
+		/* The private daemon must not outlive us, however we end (SIGKILL, a
+		 * crash): the kernel sends it SIGTERM when this thread dies.  A parent
+		 * that died before the prctl took effect is caught by getppid(). */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+			_exit(127);
 		if (o->quiet) {
 			FILE *f = freopen("/dev/null", "w", stderr);
 			(void)f;

@@ -6,6 +6,7 @@ it over the control socket (the same framing memdecayctl uses: one request
 line, reply "OK <n>\\n<body>" or "ERR <msg>\\n").  On failure the daemon log
 tail is printed.  No third-party modules.
 """
+import ctypes
 import json
 import os
 import random
@@ -24,6 +25,12 @@ class Fail(Exception):
 
 def now():
     return time.monotonic()
+
+
+def die_with_parent():
+    """preexec_fn: the kernel sends the child SIGKILL when this suite's process
+    dies (a ctest time-out, a crash), so no daemon or engine outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 class Env:
@@ -56,7 +63,7 @@ class Env:
             p = subprocess.Popen([*self.daemon_wrap, self.exe("memdecayd"), "--socket", sock,
                                   "--foreground",
                                   "--log-level", "info", *extra],
-                                 stdout=logf, stderr=logf)
+                                 stdout=logf, stderr=logf, preexec_fn=die_with_parent)
             logf.close()
             self.procs.append(p)
             if not wait:
@@ -93,7 +100,7 @@ class Env:
         p = subprocess.Popen([*(self.loadgen_wrap if wrap else []),
                               self.exe("memdecay-loadgen"), "--socket", self.sock,
                               "--engine-name", name, "--json", *[str(a) for a in args]],
-                             stdout=f, stderr=e)
+                             stdout=f, stderr=e, preexec_fn=die_with_parent)
         f.close()
         e.close()
         p.md_out = out
@@ -106,7 +113,7 @@ class Env:
         f = open(out, "wb")
         p = subprocess.Popen([self.exe("memdecay-hostile"), "--socket", sock or self.sock,
                               *[str(a) for a in args]], stdout=f,
-                             stderr=subprocess.DEVNULL)
+                             stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         f.close()
         p.md_out = out
         self.procs.append(p)

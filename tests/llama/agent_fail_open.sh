@@ -6,7 +6,12 @@
 set -euo pipefail
 AGENT=$1 MODEL=$2 TRACE=$3
 T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+DPID="" KPID=""
+cleanup() {
+	for p in $KPID $DPID; do kill -9 "$p" 2>/dev/null || true; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # a short trace: the first messages and one probe
 head -6 "$TRACE" >"$T/trace.jsonl"
