@@ -111,6 +111,7 @@ static void engine_free(struct md__engine *e)
 	free(e->pending);
 	free(e->resync_buf);
 	free(e->resync_clocks);
+	free(e->resync_order);
 	free(e);
 }
 
@@ -148,7 +149,10 @@ static void refuse(struct md__daemon *d, struct md__conn *c, const char *msg)
 	char line[512];
 	int n = snprintf(line, sizeof(line), "ERR %s\n", msg);
 	d->attach_refused++;
-	md__warn("attach refused (pid %d uid %u): %s", (int)c->pid, (unsigned)c->uid, msg);
+	uint64_t held;
+	if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+		md__warn("attach refused (pid %d uid %u): %s (%llu refusal lines suppressed before this one)",
+			 (int)c->pid, (unsigned)c->uid, msg, (unsigned long long)held);
 	md__conn_send(d, c, line, (size_t)n);
 	c->close_after_reply = 1;
 }
@@ -179,7 +183,33 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	}
 	opts.budget_engine_pages = hello.budget_pages;
 	opts.budget_sequence_tokens = hello.budget_sequence_tokens;
+	/* An engine's own word on its share of the global budget is believed
+	 * only up to budget.max_engine_weight unless it runs as the daemon's uid
+	 * (memdecayctl weight sets any value): docs/reliability.md, "Peers". */
 	opts.weight = hello.weight;
+	if (c->uid != geteuid() && opts.weight > d->params.max_engine_weight)
+		opts.weight = d->params.max_engine_weight;
+
+	/* What one peer may hold: engines in all, engines and segment bytes per uid. */
+	uint32_t uid_engines = 0;
+	uint64_t uid_bytes = 0;
+	for (struct md__engine *k = d->engines; k; k = k->next)
+		if (k->uid == c->uid) {
+			uid_engines++;
+			uid_bytes += k->eseg_size + k->dseg_size;
+		}
+	if (d->n_engines >= d->params.max_engines) {
+		snprintf(err, sizeof(err), "too many engines attached (%u, daemon.max_engines)",
+			 d->n_engines);
+		refuse(d, c, err);
+		return -EUSERS;
+	}
+	if (uid_engines >= d->params.max_engines_per_uid) {
+		snprintf(err, sizeof(err), "uid %u has %u engines attached (daemon.max_engines_per_uid)",
+			 (unsigned)c->uid, uid_engines);
+		refuse(d, c, err);
+		return -EUSERS;
+	}
 
 	struct md__engine *e = calloc(1, sizeof(*e));
 	if (!e) {
@@ -211,6 +241,17 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 					   &eoff);
 	e->cuda_export_off = eoff.cuda_ring_export;
 	e->dseg_size = md_daemon_layout(e->cmd_capacity, &doff);
+	if (uid_bytes + e->eseg_size + e->dseg_size > d->params.max_segment_bytes_per_uid) {
+		snprintf(err, sizeof(err),
+			 "segments of %llu bytes would bring uid %u to %llu bytes "
+			 "(daemon.max_segment_bytes_per_uid %llu)",
+			 (unsigned long long)(e->eseg_size + e->dseg_size), (unsigned)c->uid,
+			 (unsigned long long)(uid_bytes + e->eseg_size + e->dseg_size),
+			 (unsigned long long)d->params.max_segment_bytes_per_uid);
+		free(e);
+		refuse(d, c, err);
+		return -ENOMEM;
+	}
 
 	const char *step = "memfd";
 	char name[96];

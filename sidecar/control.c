@@ -5,15 +5,33 @@
  * human-readable text, or JSON with --json; framing is in ctl_parse.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
+
+/* The connection whose request runs now (one thread), NULL for in-process
+ * callers (tests, fuzzers), which count as operators.  A peer that is not an
+ * operator (daemon uid or --operator-group) sees and tunes only engines of its
+ * own uid: docs/reliability.md, "Peers". */
+static const struct md__conn *cur_conn;
+
+static int is_admin(void)
+{
+	return !cur_conn || cur_conn->admin;
+}
+
+static int visible(const struct md__engine *e)
+{
+	return is_admin() || e->uid == cur_conn->uid;
+}
 
 static const char *evict_reason_name[4] = { "none", "sequence_budget", "engine_budget",
 					    "global_budget" };
@@ -145,7 +163,28 @@ static int cmd_set(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 static struct md__engine *need_engine(struct md__daemon *d, const char *s, char *err,
 				      size_t errlen)
 {
-	struct md__engine *e = md__engine_lookup(d, s);
+	struct md__engine *e = NULL;
+	if (is_admin()) {
+		e = md__engine_lookup(d, s);
+	} else {
+		/* the same rule among this peer's own engines only: another uid's
+		 * engine reads as absent */
+		uint64_t id;
+		if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX &&
+		    (e = md__engine_find(d, (uint32_t)id)) && !visible(e))
+			e = NULL;
+		if (!e) {
+			for (struct md__engine *k = d->engines; k; k = k->next) {
+				if (!visible(k) || strcmp(k->name, s))
+					continue;
+				if (e) {
+					e = NULL;
+					break;
+				}
+				e = k;
+			}
+		}
+	}
 	if (!e)
 		snprintf(err, errlen, "no attached engine '%.64s' (or the name is ambiguous: use the id)",
 			 s);
@@ -242,8 +281,10 @@ static int cmd_budget(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 static size_t engines_in_order(struct md__daemon *d, struct md__engine **out, size_t cap)
 {
 	size_t n = 0;
+	(void)d;
 	for (struct md__engine *e = d->engines; e && n < cap; e = e->next)
-		out[n++] = e;
+		if (visible(e))
+			out[n++] = e;
 	for (size_t i = 0; i < n / 2; i++) {
 		struct md__engine *t = out[i];
 		out[i] = out[n - 1 - i];
@@ -253,6 +294,33 @@ static size_t engines_in_order(struct md__daemon *d, struct md__engine **out, si
 }
 
 #define ENGINES_MAX 1024
+
+static double engine_weight(struct md__daemon *d, const struct md__engine *e)
+{
+	struct md__engine_opts o;
+	if (md__host_engine_get_opts(d->host, e->id, &o) < 0)
+		return 0;
+	return o.weight;
+}
+
+static int cmd_weight(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
+		      char *err, size_t errlen)
+{
+	struct md__engine *e = need_engine(d, r->engine, err, errlen);
+	if (!e)
+		return -ENOENT;
+	struct md__engine_opts o;
+	md__host_engine_get_opts(d->host, e->id, &o);
+	o.weight = r->weight;
+	int rc = engine_opts_apply(d, e, &o, err, errlen);
+	if (rc < 0)
+		return rc;
+	md__engines_publish_params(d); /* every engine's global share moved */
+	md__info("control: engine %u (%s) weight %g", e->id, e->name, r->weight);
+	md__sbuf_printf(b, r->json ? "{\"engine\":%u,\"weight\":%.9g}\n" : "engine %u weight %g\n",
+			e->id, r->weight);
+	return 0;
+}
 
 static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b)
 {
@@ -277,11 +345,13 @@ static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__s
 			md__sbuf_printf(b,
 					",\"pid\":%d,\"uid\":%u,\"policy\":\"%s\",\"pages_live\":%llu,"
 					"\"budget_engine_pages\":%llu,\"page_capacity\":%u,\"page_tokens\":%u,"
-					"\"max_seqs\":%u,\"tp_rank\":%u,\"tp_size\":%u,\"attached_s\":%.3f}",
+					"\"max_seqs\":%u,\"tp_rank\":%u,\"tp_size\":%u,\"weight\":%.9g,"
+					"\"attached_s\":%.3f}",
 					(int)e->pid, (unsigned)e->uid, md__policy_name(st.policy),
 					(unsigned long long)st.pages_live,
 					(unsigned long long)st.budget_engine_pages, e->page_capacity,
-					e->page_tokens, e->max_seqs, e->tp_rank, e->tp_size, up);
+					e->page_tokens, e->max_seqs, e->tp_rank, e->tp_size,
+					engine_weight(d, e), up);
 		} else {
 			md__sbuf_printf(b, "%-4u %-20s %-8d %-14s %10llu %10llu %10u %3u %8u %8.1fs\n",
 					e->id, e->name, (int)e->pid, md__policy_name(st.policy),
@@ -335,7 +405,8 @@ static void stats_engine_json(struct md__daemon *d, struct md__engine *e, struct
 			"\"decision_ns_total\":%llu,\"cmds_sent\":%llu,\"cmds_pending\":%zu,"
 			"\"cmd_ring_full\":%llu,\"doorbells\":%llu,\"resyncs\":%llu,"
 			"\"resync_pages\":%llu,\"resync_pages_skipped\":%llu,"
-			"\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
+			"\"resync_last_ns\":%llu,\"resync_ns_total\":%llu,\"resyncs_deferred\":%llu,"
+			"\"ingest_budget_cut\":%llu,\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
 			"\"cmds_stale\":%llu}",
 			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
 			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
@@ -345,6 +416,8 @@ static void stats_engine_json(struct md__daemon *d, struct md__engine *e, struct
 			(unsigned long long)e->doorbells, (unsigned long long)e->resyncs,
 			(unsigned long long)e->resync_pages,
 			(unsigned long long)e->resync_pages_skipped,
+			(unsigned long long)e->resync_last_ns, (unsigned long long)e->resync_ns_total,
+			(unsigned long long)e->resyncs_deferred, (unsigned long long)e->ingest_budget_cut,
 			(unsigned long long)md_load_relaxed(&ec->attn_dropped),
 			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
 			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
@@ -633,26 +706,148 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	return 0;
 }
 
+static void save_line(const char *key, const char *value, void *ud)
+{
+	fprintf((FILE *)ud, "%s = %s\n", key, value);
+}
+
+/* Writes the configuration as NAME inside the directory dirfd: a new file
+ * (O_EXCL, O_NOFOLLOW, 0600) under a temporary name, then renameat over
+ * NAME, which replaces a symlink there instead of following it. */
+static int save_into(const struct md__params *p, int dirfd, const char *name, char *err,
+		     size_t errlen)
+{
+	static unsigned counter;
+	char tmp[96];
+	snprintf(tmp, sizeof(tmp), ".memdecayd-save.%d.%u", (int)getpid(), ++counter);
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "save: cannot create a file next to %.200s: %s", name,
+			 strerror(e));
+		return -e;
+	}
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		unlinkat(dirfd, tmp, 0);
+		snprintf(err, errlen, "save: %s", strerror(e));
+		return -e;
+	}
+	fprintf(f, "# memdecayd configuration (written by save; key = value)\n");
+	md__params_foreach(p, save_line, f);
+	int bad = fflush(f) != 0 || ferror(f) || fsync(fd) != 0;
+	if (fclose(f) != 0 || bad) {
+		unlinkat(dirfd, tmp, 0);
+		snprintf(err, errlen, "save: writing %.200s failed", name);
+		return -EIO;
+	}
+	if (renameat(dirfd, tmp, dirfd, name) != 0) {
+		int e = errno;
+		unlinkat(dirfd, tmp, 0);
+		snprintf(err, errlen, "save: %.200s: %s", name, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* `save` writes only the --config file, or FILE inside --save-dir (FILE is a
+ * plain name, or a path whose directory is that one), so no peer can have the
+ * daemon write where it could not (docs/reliability.md, "Peers"). */
 static int cmd_save(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
 		    size_t errlen)
 {
-	const char *path = r->argc ? r->argv[0] : (d->have_config ? d->config_path : NULL);
-	if (!path) {
-		snprintf(err, errlen, "save: no FILE given and memdecayd was started without --config");
-		return -EINVAL;
+	char dir[PATH_MAX], name[PATH_MAX];
+	const char *shown;
+	if (!r->argc) {
+		if (!d->have_config) {
+			snprintf(err, errlen,
+				 "save: no FILE given and memdecayd was started without --config");
+			return -EINVAL;
+		}
+		const char *slash = strrchr(d->config_path, '/');
+		if (!slash) {
+			snprintf(dir, sizeof(dir), ".");
+			snprintf(name, sizeof(name), "%s", d->config_path);
+		} else {
+			snprintf(dir, sizeof(dir), "%.*s", (int)(slash - d->config_path) + (slash == d->config_path),
+				 d->config_path);
+			snprintf(name, sizeof(name), "%s", slash + 1);
+		}
+		shown = d->config_path;
+	} else {
+		const char *arg = r->argv[0];
+		if (!d->save_dir[0]) {
+			snprintf(err, errlen, "save FILE: memdecayd was started without --save-dir "
+					      "(only the --config file can be saved)");
+			return -EPERM;
+		}
+		const char *slash = strrchr(arg, '/');
+		const char *base = slash ? slash + 1 : arg;
+		if (slash) {
+			char parent[PATH_MAX], real[PATH_MAX];
+			snprintf(parent, sizeof(parent), "%.*s", (int)(slash - arg) + (slash == arg), arg);
+			if (!realpath(parent, real) || strcmp(real, d->save_dir)) {
+				snprintf(err, errlen, "save: %.200s is not inside --save-dir %.200s", arg,
+					 d->save_dir);
+				return -EPERM;
+			}
+		}
+		if (!*base || base[0] == '.' || strlen(base) >= sizeof(name)) {
+			snprintf(err, errlen, "save: '%.100s' is not a plain file name", base);
+			return -EINVAL;
+		}
+		snprintf(dir, sizeof(dir), "%s", d->save_dir);
+		snprintf(name, sizeof(name), "%s", base);
+		shown = arg;
 	}
-	int rc = md__params_save_file(&d->params, path, err, errlen);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "save: %.200s: %s", dir, strerror(e));
+		return -e;
+	}
+	int rc = save_into(&d->params, dfd, name, err, errlen);
+	close(dfd);
 	if (rc < 0)
 		return rc;
-	md__info("control: configuration saved to %s", path);
+	md__info("control: configuration saved to %s/%s", dir, name);
 	if (r->json) {
 		md__sbuf_printf(b, "{\"saved\":");
-		md__sbuf_json_str(b, path);
+		md__sbuf_json_str(b, shown);
 		md__sbuf_printf(b, "}\n");
 	} else {
-		md__sbuf_printf(b, "saved %s\n", path);
+		md__sbuf_printf(b, "saved %s\n", shown);
 	}
 	return 0;
+}
+
+/* Which requests a peer that is not an operator may make: 0, or -EPERM. */
+static int peer_may(const struct md__ctl_req *r, char *err, size_t errlen)
+{
+	if (is_admin())
+		return 0;
+	switch (r->cmd) {
+	case MD__CTL_GET:
+	case MD__CTL_PING:
+	case MD__CTL_ENGINES:
+	case MD__CTL_STATS:
+	case MD__CTL_METRICS:
+		return 0; /* engine lists are cut to the peer's own */
+	case MD__CTL_TOP:
+	case MD__CTL_POLICY:
+	case MD__CTL_BUDGET:
+		if (r->engine)
+			return 0; /* need_engine finds only the peer's own */
+		snprintf(err, errlen, "%s without --engine concerns every uid's engines: it needs the "
+			 "daemon's uid or --operator-group (name one of your engines with --engine)",
+			 r->cmd_name);
+		return -EPERM;
+	default:
+		snprintf(err, errlen, "%s needs the daemon's uid or --operator-group", r->cmd_name);
+		return -EPERM;
+	}
 }
 
 void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, struct md__sbuf *reply)
@@ -662,7 +857,10 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 	struct md__sbuf body = { 0 };
 	int rc;
 	d->ctl_requests++;
+	cur_conn = c;
 	rc = md__ctl_parse(line, &r, err, sizeof(err));
+	if (rc == 0)
+		rc = peer_may(&r, err, sizeof(err));
 	if (rc == 0) {
 		switch (r.cmd) {
 		case MD__CTL_GET: rc = cmd_get(d, &r, &body, err, sizeof(err)); break;
@@ -675,6 +873,7 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 		case MD__CTL_METRICS: rc = cmd_metrics(d, &body); break;
 		case MD__CTL_SAVE: rc = cmd_save(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_CALIBRATE: rc = md__calib_control(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_WEIGHT: rc = cmd_weight(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_PING:
 			md__sbuf_printf(&body, r.json ? "{\"instance\":%llu,\"backend\":\"%s\"}\n"
 						       : "pong instance=%llu backend=%s\n",
@@ -688,9 +887,16 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 		if (!err[0])
 			snprintf(err, sizeof(err), "%s", strerror(-rc));
 		frame_err(reply, err);
-		md__debug("control request from pid %d refused: %s", c ? (int)c->pid : -1, err);
+		uint64_t held;
+		if (rc == -EPERM && md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+			md__info("control request from pid %d uid %u refused: %s (%llu refusal lines "
+				 "suppressed before this one)", c ? (int)c->pid : -1,
+				 c ? (unsigned)c->uid : 0, err, (unsigned long long)held);
+		else if (rc != -EPERM)
+			md__debug("control request from pid %d refused: %s", c ? (int)c->pid : -1, err);
 	} else {
 		frame_ok(reply, &body);
 	}
 	md__sbuf_free(&body);
+	cur_conn = NULL;
 }

@@ -278,6 +278,7 @@ static const struct {
 	{ "save", MD__CTL_SAVE, 0, 1, 0 },
 	{ "calibrate", MD__CTL_CALIBRATE, 0, 0, 0 },
 	{ "ping", MD__CTL_PING, 0, 0, 0 },
+	{ "weight", MD__CTL_WEIGHT, 1, 1, 1 },
 };
 
 int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
@@ -313,7 +314,7 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 		if (!strcmp(words[0], cmds[i].name))
 			ci = (int)i;
 	if (ci < 0) {
-		snprintf(err, errlen, "unknown command '%.40s' (try: get set policy budget engines stats top metrics save)",
+		snprintf(err, errlen, "unknown command '%.40s' (try: get set policy budget weight engines stats top metrics save)",
 			 words[0]);
 		return -EINVAL;
 	}
@@ -369,6 +370,7 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 			[MD__CTL_SAVE] = "save [FILE]",
 			[MD__CTL_CALIBRATE] = "calibrate [--apply]",
 			[MD__CTL_PING] = "ping",
+			[MD__CTL_WEIGHT] = "weight W --engine E",
 		};
 		snprintf(err, errlen, "wrong number of arguments for %s; usage: %s", req->cmd_name,
 			 usage[req->cmd]);
@@ -411,6 +413,21 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 			return -EINVAL;
 		}
 		break;
+	case MD__CTL_WEIGHT: {
+		char *end = NULL;
+		double w = strtod(req->argv[0], &end);
+		if (!req->argv[0][0] || *end || !isfinite(w) || !(w > 0) || w > 1e6) {
+			snprintf(err, errlen, "weight: W='%.32s' must be a number in (0, 1e6]",
+				 req->argv[0]);
+			return -EINVAL;
+		}
+		if (!req->engine) {
+			snprintf(err, errlen, "weight needs --engine E");
+			return -EINVAL;
+		}
+		req->weight = w;
+		break;
+	}
 	default:
 		break;
 	}

@@ -47,6 +47,7 @@ enum md__ctl_cmd {
 	MD__CTL_SAVE,
 	MD__CTL_CALIBRATE,
 	MD__CTL_PING,
+	MD__CTL_WEIGHT,
 };
 
 struct md__ctl_req {
@@ -57,6 +58,7 @@ struct md__ctl_req {
 	int argc;                 /* positional arguments after the command */
 	char *argv[MD__CTL_ARGS_MAX];
 	uint64_t number;          /* top N, budget N */
+	double weight;            /* weight W */
 	const char *scope;        /* budget: sequence_tokens | engine_pages | global_pages */
 	int apply;                /* calibrate --apply */
 };

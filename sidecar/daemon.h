@@ -24,7 +24,14 @@
 #include "sbuf.h"
 #include "lathist.h"
 
-#define MD__CONN_MAX 256
+#define MD__CONN_MAX 256             /* operator (not attached) connections; engines: daemon.max_engines */
+#define MD__CONN_IN_MAX (MD_CTL_LINE_MAX + 1 + 4096) /* a pending line plus one recv */
+#define MD__CONN_OUT_CAP (1u << 20)   /* queued reply bytes past which requests wait (docs/reliability.md) */
+#define MD__CONN_OUT_STALL_NS (5ull * 1000000000ull) /* queued output that moves for none of this: closed */
+#define MD__INGEST_BUDGET_NS 2000000ull /* ingest time per engine per iteration */
+#define MD__RESYNC_GAP_FACTOR 8u     /* a resync waits 8x the last one's duration after it ended */
+#define MD__RESYNC_GAP_MAX_NS 1000000000ull
+#define MD__LOG_BURST 5u             /* warnings per source per second before they are counted only */
 #define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
 #define MD__DECIDE_BATCH 256u
 #define MD__HOST_CHUNK 64u          /* records per md__host_ingest_batch call */
@@ -54,6 +61,16 @@ struct md__pending_cmd {
 struct md__calib_daemon;
 struct mdk_cuda_ring_reader;
 
+/* At most MD__LOG_BURST lines a second per source; the rest are counted and
+ * the count is logged with the next line let through (docs/reliability.md). */
+struct md__ratelimit {
+	uint64_t window_ns;
+	uint32_t lines;
+	uint64_t suppressed;
+};
+/* 1: log now (*suppressed gets the count held back so far and is reset). */
+int md__ratelimit_ok(struct md__ratelimit *r, uint64_t now_ns, uint64_t *suppressed);
+
 struct md__conn {
 	struct md__daemon *d;
 	struct md__conn *next, *prev;
@@ -63,10 +80,13 @@ struct md__conn {
 	uid_t uid;
 	gid_t gid;
 	uint64_t opened_ns;
-	char in[MD_CTL_LINE_MAX + 1];
+	char in[MD__CONN_IN_MAX];
 	size_t in_len;
-	char *out;                  /* reply still to send */
-	size_t out_len, out_off;
+	char *out;                  /* reply still to send: [out_off, out_len) of out_cap */
+	size_t out_len, out_off, out_cap;
+	uint64_t out_progress_ns;   /* last time queued output was empty or moved */
+	int paused;                 /* requests wait: queued output over MD__CONN_OUT_CAP */
+	int admin;                  /* daemon uid or --operator-group (docs/operations.md) */
 	int close_after_reply;
 	int dead;
 	struct md__engine *engine;  /* set once HELLO succeeded */
@@ -98,10 +118,16 @@ struct md__engine {
 	struct md_ring_cons stats;
 	struct md_ring_prod cmds;
 	uint64_t last_resync_request;
+	uint64_t resync_not_before_ns;     /* rate limit: next resync allowed from here */
+	uint64_t resync_last_ns, resync_ns_total, resyncs_deferred;
+	uint64_t ingest_budget_cut;        /* iterations whose ingest stopped at its time budget */
+	struct md__ratelimit warn_rl;
 	uint64_t attach_ns;
 	uint64_t violation_grace;
 	struct md_page_entry *resync_buf;  /* page-table snapshot (lazily allocated) */
 	uint64_t *resync_clocks;     /* records after a resync that may legally disagree */
+	struct md__resync_ord { uint64_t pos; uint32_t seq, slot; } *resync_order;
+	uint32_t resync_n;
 	/* decisions not yet in the command ring (ring full) */
 	struct md__pending_cmd *pending;
 	size_t pending_head, pending_len, pending_cap;
@@ -129,6 +155,10 @@ struct md__daemon {
 	struct md__watch *listen_w, *signal_w;
 	int have_group;
 	gid_t group;
+	int have_op_group;                 /* --operator-group: operators besides the daemon's uid */
+	gid_t op_group;
+	char save_dir[PATH_MAX];           /* --save-dir: where `save FILE` may write ("" none) */
+	struct md__ratelimit refuse_rl;    /* refused connections and HELLOs */
 	struct md__engine *engines;
 	uint32_t n_engines;
 	uint32_t next_engine_id;
@@ -175,6 +205,8 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line,
 int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p);
 
 /* server.c */
+/* 1 if uid (with primary gid) is a member of group (primary or supplementary). */
+int md__uid_in_group(uid_t uid, gid_t gid, gid_t group);
 void md__conn_close(struct md__daemon *d, struct md__conn *c);
 void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len);
 

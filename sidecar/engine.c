@@ -143,10 +143,9 @@ static uint32_t resync_pass(struct md__daemon *d, struct md__engine *e, const ui
 			md__host_resync_seq_clock(d->host, e->id, s, clocks[s]);
 		}
 	}
-	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
+	for (uint32_t k = 0; k < e->resync_n; k++) {
+		uint32_t slot = e->resync_order[k].slot;
 		const struct md_page_entry *pe = &e->resync_buf[slot];
-		if (pe->state != MD_PAGE_LIVE)
-			continue;
 		int rc = md__host_resync_page(d->host, e->id, slot, pe);
 		if (rc < 0) {
 			skipped++;
@@ -167,8 +166,19 @@ static uint32_t resync_pass(struct md__daemon *d, struct md__engine *e, const ui
 	return pos_refused;
 }
 
+static int order_cmp(const void *a, const void *b)
+{
+	const struct md__resync_ord *x = a, *y = b;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	if (x->pos != y->pos)
+		return x->pos < y->pos ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
 static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 {
+	uint64_t t_start = md__now_ns();
 	e->last_resync_request = request;
 	e->resyncs++;
 	md__calib_engine_resync(d, e);
@@ -180,7 +190,8 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 	if (!e->resync_buf) {
 		e->resync_buf = calloc(e->page_capacity, sizeof(*e->resync_buf));
 		e->resync_clocks = calloc(e->max_seqs, sizeof(*e->resync_clocks));
-		if (!e->resync_buf || !e->resync_clocks) {
+		e->resync_order = calloc(e->page_capacity, sizeof(*e->resync_order));
+		if (!e->resync_buf || !e->resync_clocks || !e->resync_order) {
 			md__err("engine %u (%s): out of memory for a resync", e->id, e->name);
 			return;
 		}
@@ -196,6 +207,21 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 			pe->state = MD_PAGE_FREE; /* being written: the next resync gets it */
 		}
 	}
+	/* The host inserts each page into its sequence's position order; fed in
+	 * slot order, a table laid out in descending positions made every insert
+	 * a memmove of the whole order (quadratic).  Fed sorted by (sequence,
+	 * position), each insert is an append: O(n log n) in all (docs/reliability.md). */
+	e->resync_n = 0;
+	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
+		const struct md_page_entry *pe = &e->resync_buf[slot];
+		if (pe->state != MD_PAGE_LIVE)
+			continue;
+		struct md__resync_ord *o = &e->resync_order[e->resync_n++];
+		o->seq = pe->seq;
+		o->slot = slot;
+		o->pos = pe->first_pos;
+	}
+	qsort(e->resync_order, e->resync_n, sizeof(*e->resync_order), order_cmp);
 	uint64_t live, skipped;
 	/* A reused slot can overlap a page the host has not dropped yet (it drops
 	 * unseen pages at resync_end); a second pass over the same snapshot then
@@ -208,6 +234,14 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 	e->resync_pages_skipped += skipped;
 	e->violation_grace = e->stats_capacity;
 	d->dirty = 1;
+	/* Rate limit: the next resync waits MD__RESYNC_GAP_FACTOR times this
+	 * one's duration (at most MD__RESYNC_GAP_MAX_NS), so an engine asking
+	 * for one every iteration gets at most ~1/(1+factor) of the daemon. */
+	uint64_t t_end = md__now_ns(), took = t_end - t_start;
+	e->resync_last_ns = took;
+	e->resync_ns_total += took;
+	uint64_t gap = took * MD__RESYNC_GAP_FACTOR;
+	e->resync_not_before_ns = t_end + (gap < MD__RESYNC_GAP_MAX_NS ? gap : MD__RESYNC_GAP_MAX_NS);
 	md__debug("engine %u (%s): resync #%llu from the page table: %llu live pages, %llu skipped",
 		  e->id, e->name, (unsigned long long)e->resyncs, (unsigned long long)live,
 		  (unsigned long long)skipped);
@@ -257,8 +291,12 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	int64_t avail = md_ring_available(&e->stats);
 	if (avail < 0) {
 		e->bad_tail++;
-		md__warn("engine %u (%s): stats ring tail is invalid (head %llu, capacity %u)",
-			 e->id, e->name, (unsigned long long)e->stats.next, e->stats_capacity);
+		uint64_t held;
+		if (md__ratelimit_ok(&e->warn_rl, md__now_ns(), &held))
+			md__warn("engine %u (%s): stats ring tail is invalid (head %llu, capacity %u); "
+				 "%llu such lines suppressed before this one (%llu bad tails in all)",
+				 e->id, e->name, (unsigned long long)e->stats.next, e->stats_capacity,
+				 (unsigned long long)held, (unsigned long long)e->bad_tail);
 		return violation(d, e, "stats ring tail") ? -1 : 0;
 	}
 	if (avail > MD__INGEST_BATCH)
@@ -269,7 +307,14 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	struct md_stats_rec recs[MD__HOST_CHUNK];
 	int rcs[MD__HOST_CHUNK];
 	size_t nrec = 0;
-	for (int64_t i = 0; i < avail; i++) {
+	/* Bounded in time, not only in count: a valid record can cost far more
+	 * than another (a RELABEL over a long sequence re-indexes every page it
+	 * spans), so the batch also ends once MD__INGEST_BUDGET_NS are spent; a
+	 * RELABEL ends its chunk so the clock is read right after it.  What is
+	 * left stays in the ring for the next iteration. */
+	uint64_t t0 = md__now_ns();
+	int64_t i;
+	for (i = 0; i < avail; i++) {
 		if (md_ring_copy_next(&e->stats, &recs[nrec]) != MD_RING_OK) {
 			/* the good records before it first, so side effects keep ring order */
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
@@ -282,17 +327,23 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 				return -1;
 			continue;
 		}
-		if (++nrec == MD__HOST_CHUNK) {
+		if (++nrec == MD__HOST_CHUNK || recs[nrec - 1].type == MD_REC_RELABEL) {
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
+			if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+				i++;
+				if (i < avail)
+					e->ingest_budget_cut++;
+				break;
+			}
 		}
 	}
 	if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 		return -1;
-	if (avail)
+	if (i)
 		md_ring_release(&e->stats);
-	return avail;
+	return i;
 }
 
 int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
@@ -366,6 +417,12 @@ int md__engines_service(struct md__daemon *d)
 		next = e->next;
 		uint64_t req = md_load_acquire(&e->ectrl->resync_request);
 		if (req != e->last_resync_request) {
+			if (md__now_ns() < e->resync_not_before_ns) {
+				/* rate-limited: what the ring holds is older than the
+				 * table the resync will read, so it waits too */
+				e->resyncs_deferred++;
+				continue;
+			}
 			resync(d, e, req);
 			work = 1;
 		}
@@ -402,8 +459,11 @@ int md__engines_service(struct md__daemon *d)
 int md__engines_any_work(struct md__daemon *d)
 {
 	for (struct md__engine *e = d->engines; e; e = e->next) {
-		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request)
+		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request) {
+			if (md__now_ns() < e->resync_not_before_ns)
+				continue; /* deferred: the tick retries it */
 			return 1;
+		}
 		if (md_ring_available(&e->stats) > 0)
 			return 1;
 	}

@@ -29,7 +29,10 @@ static void usage(FILE *f)
 		"                       $XDG_RUNTIME_DIR/memdecay/memdecayd.sock, else /run/memdecay/memdecayd.sock)\n"
 		"  --config FILE        policy configuration (key = value lines); SIGHUP reloads it\n"
 		"  --event-loop B       uring or epoll (default: uring, epoll if io_uring is refused)\n"
-		"  --socket-group GROUP also accept peers of GROUP (socket 0660, directory 0750)\n"
+		"  --socket-group GROUP also accept peers of GROUP (socket 0660, directory 0750);\n"
+		"                       they see and tune only their own engines\n"
+		"  --operator-group GROUP  peers of GROUP are operators like the daemon's uid\n"
+		"  --save-dir DIR       `save FILE` writes FILE only inside DIR\n"
 		"  --foreground         do not detach from the terminal\n"
 		"  --log-level L        error, warn, info (default) or debug\n"
 		"  --journal FILE       record a stats journal for offline calibration (truncates FILE)\n"
@@ -54,16 +57,19 @@ int main(int argc, char **argv)
 		{ "journal", required_argument, NULL, 'J' },
 		{ "journal-max-bytes", required_argument, NULL, 'M' },
 		{ "calib-grace-steps", required_argument, NULL, 'G' },
+		{ "operator-group", required_argument, NULL, 'O' },
+		{ "save-dir", required_argument, NULL, 'D' },
 		{ 0 },
 	};
 	static struct md__daemon daemon_state;
 	struct md__daemon *d = &daemon_state;
 	d->listen_fd = d->signal_fd = -1;
 	const char *socket_arg = NULL, *group_arg = NULL, *journal_arg = NULL;
+	const char *op_group_arg = NULL;
 	uint64_t journal_max = MD__JOURNAL_MAX_DEFAULT, grace = MD__CALIB_GRACE_DEFAULT;
 	enum md__loop_backend backend = MD__LOOP_AUTO;
 	int foreground = 0, c;
-	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hVJ:M:G:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hVJ:M:G:O:D:", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket_arg = optarg; break;
 		case 'c':
@@ -85,6 +91,15 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'g': group_arg = optarg; break;
+		case 'O': op_group_arg = optarg; break;
+		case 'D':
+			/* resolved once, so `save` compares against a fixed real path */
+			if (!realpath(optarg, d->save_dir)) {
+				fprintf(stderr, "memdecayd: --save-dir '%s': %s\n", optarg,
+					strerror(errno));
+				return 2;
+			}
+			break;
 		case 'f': foreground = 1; break;
 		case 'l':
 			if ((md__log_threshold = md__log_level_from_name(optarg)) < 0) {
@@ -145,6 +160,20 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		d->have_group = 1;
+	}
+	if (op_group_arg) {
+		struct group *g = getgrnam(op_group_arg);
+		char *end;
+		unsigned long gid = strtoul(op_group_arg, &end, 10);
+		if (g)
+			d->op_group = g->gr_gid;
+		else if (*op_group_arg && !*end)
+			d->op_group = (gid_t)gid;
+		else {
+			fprintf(stderr, "memdecayd: --operator-group '%s': no such group\n", op_group_arg);
+			return 2;
+		}
+		d->have_op_group = 1;
 	}
 
 	md__params_defaults(&d->params);

@@ -50,7 +50,8 @@ void md__conn_close(struct md__daemon *d, struct md__conn *c)
 	if (c->engine)
 		md__engine_detach(d, c->engine, MD__DETACH_EOF, "connection closed");
 	c->dead = 1;
-	md__loop_unwatch(d->loop, c->w);
+	if (c->w)
+		md__loop_unwatch(d->loop, c->w);
 	close(c->fd);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -61,6 +62,30 @@ void md__conn_close(struct md__daemon *d, struct md__conn *c)
 	d->n_conns--;
 	conn_free(c);
 }
+
+int md__ratelimit_ok(struct md__ratelimit *r, uint64_t now_ns, uint64_t *suppressed)
+{
+	*suppressed = 0;
+	if (now_ns - r->window_ns >= 1000000000ull || !r->window_ns) {
+		r->window_ns = now_ns ? now_ns : 1;
+		r->lines = 0;
+	}
+	if (r->lines >= MD__LOG_BURST) {
+		r->suppressed++;
+		return 0;
+	}
+	r->lines++;
+	*suppressed = r->suppressed;
+	r->suppressed = 0;
+	return 1;
+}
+
+static size_t conn_queued(const struct md__conn *c)
+{
+	return c->out_len - c->out_off;
+}
+
+static int conn_process(struct md__daemon *d, struct md__conn *c);
 
 /* Sends what is queued; returns 0, or -1 if the connection was closed. */
 static int conn_flush(struct md__daemon *d, struct md__conn *c)
@@ -74,11 +99,16 @@ static int conn_flush(struct md__daemon *d, struct md__conn *c)
 			md__conn_close(d, c);
 			return -1;
 		}
+		if (n > 0)
+			c->out_progress_ns = md__now_ns();
 		c->out_off += (size_t)n;
 	}
-	free(c->out);
-	c->out = NULL;
 	c->out_len = c->out_off = 0;
+	if (c->out_cap > 65536) { /* keep a small buffer, give back a large one */
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = 0;
+	}
 	if (c->close_after_reply) {
 		md__conn_close(d, c);
 		return -1;
@@ -86,21 +116,35 @@ static int conn_flush(struct md__daemon *d, struct md__conn *c)
 	return 0;
 }
 
+/* Appends to the queued output: the sent prefix is dropped only when room is
+ * needed and the buffer doubles, so queueing costs amortized O(len), not a
+ * copy of the whole backlog per reply. */
 void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len)
 {
-	size_t have = c->out_len - c->out_off;
-	char *np = malloc(have + len);
-	if (!np) {
-		c->close_after_reply = 1;
-		return;
+	(void)d;
+	if (!conn_queued(c)) {
+		c->out_len = c->out_off = 0;
+		c->out_progress_ns = md__now_ns();
 	}
-	if (have)
-		memcpy(np, c->out + c->out_off, have);
-	memcpy(np + have, buf, len);
-	free(c->out);
-	c->out = np;
-	c->out_len = have + len;
-	c->out_off = 0;
+	if (c->out_len + len > c->out_cap && c->out_off) {
+		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+	}
+	if (c->out_len + len > c->out_cap) {
+		size_t nc = c->out_cap ? c->out_cap : 4096;
+		while (nc < c->out_len + len)
+			nc *= 2;
+		char *np = realloc(c->out, nc);
+		if (!np) {
+			c->close_after_reply = 1;
+			return;
+		}
+		c->out = np;
+		c->out_cap = nc;
+	}
+	memcpy(c->out + c->out_len, buf, len);
+	c->out_len += len;
 }
 
 /* One complete line from a connection.  Returns -1 if the conn is gone. */
@@ -135,6 +179,58 @@ static void conn_reject(struct md__daemon *d, struct md__conn *c, const char *ms
 	conn_flush(d, c);
 }
 
+/* Runs the complete lines buffered in c->in.  While the connection's queued
+ * output is over MD__CONN_OUT_CAP it stops reading requests (its recv watch
+ * is removed, so the kernel's socket buffer pushes back on the client); the
+ * lines wait here and run once the client has read its replies.  Returns -1
+ * if the connection is gone. */
+static int conn_process(struct md__daemon *d, struct md__conn *c)
+{
+	for (;;) {
+		if (c->close_after_reply)
+			return 0;
+		if (!c->engine && conn_queued(c) > MD__CONN_OUT_CAP) {
+			if (!c->paused) {
+				c->paused = 1;
+				if (c->w) {
+					md__loop_unwatch(d->loop, c->w);
+					c->w = NULL;
+				}
+				md__debug("connection from pid %d: %zu reply bytes unread, requests wait",
+					  (int)c->pid, conn_queued(c));
+			}
+			return 0;
+		}
+		char *nl = memchr(c->in, '\n', c->in_len);
+		if (!nl)
+			break;
+		*nl = 0;
+		size_t used = (size_t)(nl - c->in) + 1;
+		if (memchr(c->in, 0, used - 1)) {
+			conn_reject(d, c, "request holds NUL bytes");
+			return 0;
+		}
+		if (used - 1 > MD_CTL_LINE_MAX)
+			break; /* refused below */
+		char line[MD_CTL_LINE_MAX + 1];
+		memcpy(line, c->in, used);
+		memmove(c->in, c->in + used, c->in_len - used);
+		c->in_len -= used;
+		if (conn_line(d, c, line) < 0)
+			return -1;
+	}
+	if (c->in_len > MD_CTL_LINE_MAX) {
+		if (c->engine) {
+			c->in_len = 0; /* attached engines' chatter is ignored */
+			return 0;
+		}
+		char msg[96];
+		snprintf(msg, sizeof(msg), "request line longer than %u bytes", MD_CTL_LINE_MAX);
+		conn_reject(d, c, msg);
+	}
+	return 0;
+}
+
 static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
 			 void *ud)
 {
@@ -150,56 +246,33 @@ static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const
 		md__conn_close(d, c);
 		return;
 	}
-	if (c->close_after_reply)
-		return; /* already refused: drain */
-	const char *p = buf;
-	size_t left = (size_t)res;
-	while (left) {
-		size_t room = sizeof(c->in) - c->in_len;
-		size_t take = left < room ? left : room;
-		memcpy(c->in + c->in_len, p, take);
-		c->in_len += take;
-		p += take;
-		left -= take;
-		for (;;) {
-			char *nl = memchr(c->in, '\n', c->in_len);
-			if (!nl)
-				break;
-			*nl = 0;
-			size_t used = (size_t)(nl - c->in) + 1;
-			if (memchr(c->in, 0, used - 1)) {
-				conn_reject(d, c, "request holds NUL bytes");
-				return;
-			}
-			char line[MD_CTL_LINE_MAX + 1];
-			memcpy(line, c->in, used);
-			memmove(c->in, c->in + used, c->in_len - used);
-			c->in_len -= used;
-			if (conn_line(d, c, line) < 0)
-				return;
-			if (c->close_after_reply)
-				return;
-		}
-		if (c->in_len == sizeof(c->in)) {
-			if (c->engine) {
-				c->in_len = 0; /* attached engines' chatter is ignored */
-				continue;
-			}
-			char msg[96];
-			snprintf(msg, sizeof(msg), "request line longer than %u bytes", MD_CTL_LINE_MAX);
-			conn_reject(d, c, msg);
-			return;
-		}
-	}
+	if (c->close_after_reply || c->paused)
+		return; /* already refused: drain (paused: a completion already in flight) */
+	size_t take = (size_t)res;
+	if (take > sizeof(c->in) - c->in_len)
+		take = sizeof(c->in) - c->in_len; /* cannot happen: in_len <= LINE_MAX here */
+	memcpy(c->in + c->in_len, buf, take);
+	c->in_len += take;
+	conn_process(d, c);
 }
 
-static int peer_allowed(struct md__daemon *d, uid_t uid, gid_t gid)
+/* A paused connection whose client read enough of its replies: run its
+ * waiting lines, then read from it again. */
+static void conn_resume(struct md__daemon *d, struct md__conn *c)
 {
-	if (uid == geteuid())
-		return 1;
-	if (!d->have_group)
-		return 0;
-	if (gid == d->group)
+	if (!c->paused || conn_queued(c) > MD__CONN_OUT_CAP / 2)
+		return;
+	c->paused = 0;
+	if (conn_process(d, c) < 0 || c->paused || c->close_after_reply)
+		return;
+	c->w = md__loop_watch(d->loop, c->fd, MD__WATCH_RECV, 4096, conn_recv_cb, c);
+	if (!c->w)
+		md__conn_close(d, c);
+}
+
+int md__uid_in_group(uid_t uid, gid_t gid, gid_t group)
+{
+	if (gid == group)
 		return 1;
 	struct passwd pw, *pwp = NULL;
 	char pwbuf[4096];
@@ -210,9 +283,18 @@ static int peer_allowed(struct md__daemon *d, uid_t uid, gid_t gid)
 	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &ng) < 0)
 		return 0;
 	for (int i = 0; i < ng; i++)
-		if (groups[i] == d->group)
+		if (groups[i] == group)
 			return 1;
 	return 0;
+}
+
+static int peer_allowed(struct md__daemon *d, uid_t uid, gid_t gid)
+{
+	if (uid == geteuid())
+		return 1;
+	if (d->have_op_group && md__uid_in_group(uid, gid, d->op_group))
+		return 1;
+	return d->have_group && md__uid_in_group(uid, gid, d->group);
 }
 
 static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
@@ -238,11 +320,19 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		(void)ignored;
 		close(fd);
-		md__warn("connection from pid %d uid %u gid %u refused: not our user or group",
-			 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+		uint64_t held;
+		if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+			md__warn("connection from pid %d uid %u gid %u refused: not our user or group"
+				 " (%llu refusal lines suppressed before this one)",
+				 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid,
+				 (unsigned long long)held);
 		return;
 	}
-	if (d->n_conns >= MD__CONN_MAX) {
+	/* Operators and engines have separate limits: attached engines are
+	 * bounded by daemon.max_engines (and per uid), so they never take the
+	 * operator's slots. */
+	int n_ops = d->n_conns - (int)d->n_engines;
+	if (n_ops >= MD__CONN_MAX) {
 		/* Full: make room by closing the oldest operator connection (least
 		 * recent request), so a flood of idle or half-open connections
 		 * cannot lock the operator out.  Engine connections are never
@@ -261,14 +351,18 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 			md__conn_close(d, old);
 		}
 	}
-	if (d->n_conns >= MD__CONN_MAX) {
+	n_ops = d->n_conns - (int)d->n_engines;
+	if (n_ops >= MD__CONN_MAX) {
 		static const char msg[] = "ERR too many connections to memdecayd\n";
 		d->conns_refused++;
 		ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		(void)ignored;
 		close(fd);
-		md__warn("connection from pid %d refused: %d connections open", (int)cred.pid,
-			 d->n_conns);
+		uint64_t held;
+		if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+			md__warn("connection from pid %d refused: %d connections open"
+				 " (%llu refusal lines suppressed before this one)",
+				 (int)cred.pid, n_ops, (unsigned long long)held);
 		return;
 	}
 	struct md__conn *c = calloc(1, sizeof(*c));
@@ -281,6 +375,8 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
+	c->admin = cred.uid == geteuid() ||
+		   (d->have_op_group && md__uid_in_group(cred.uid, cred.gid, d->op_group));
 	c->opened_ns = md__now_ns();
 	c->w = md__loop_watch(d->loop, fd, MD__WATCH_RECV, 4096, conn_recv_cb, c);
 	if (!c->w) {
@@ -342,8 +438,14 @@ static void tick_cb(struct md__loop *l, void *ud)
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
 		next = c->next;
-		if (!c->engine && !c->out_len && now - c->opened_ns > MD__OPERATOR_IDLE_NS) {
+		if (!c->engine && !conn_queued(c) && now - c->opened_ns > MD__OPERATOR_IDLE_NS) {
 			md__debug("closing idle control connection from pid %d", (int)c->pid);
+			md__conn_close(d, c);
+		} else if (conn_queued(c) && now - c->out_progress_ns > MD__CONN_OUT_STALL_NS) {
+			/* a client that stopped reading its replies */
+			md__info("closing connection from pid %d uid %u: %zu reply bytes unread for %llu ms",
+				 (int)c->pid, (unsigned)c->uid, conn_queued(c),
+				 (unsigned long long)((now - c->out_progress_ns) / 1000000ull));
 			md__conn_close(d, c);
 		}
 	}
@@ -533,8 +635,10 @@ static void flush_all(struct md__daemon *d)
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
 		next = c->next;
-		if (c->out_len)
-			conn_flush(d, c);
+		if (conn_queued(c) && conn_flush(d, c) < 0)
+			continue;
+		if (c->paused)
+			conn_resume(d, c);
 	}
 }
 

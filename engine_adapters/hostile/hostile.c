@@ -12,6 +12,14 @@
  *                  memdecay-loadgen --dump-pages file, then held (no steps, no
  *                  attention) and re-seeded after every daemon restart: the
  *                  fixed state the restart-determinism test compares
+ *   --mode relabel one long valid sequence (--capacity pages), then valid
+ *                  RELABEL records over all of it as fast as the ring takes
+ *                  them: the most expensive records a correct engine may send
+ *   --mode resync  a page table of --capacity live pages in one sequence,
+ *                  positions ascending or descending with the slot (--order),
+ *                  and resync requests (once, or every --round-us: --repeat)
+ *   --mode idle    --count engines that attach and then sleep (no heartbeat
+ *                  due), held for --duration-ms
  * One JSON line on stdout says what was done and what the daemon did.
  */
 #include <errno.h>
@@ -61,11 +69,13 @@ static uint64_t rng(void)
 }
 
 struct opts {
-	const char *socket, *mode, *name, *replay, *attacks;
+	const char *socket, *mode, *name, *replay, *attacks, *weight, *order;
 	uint64_t duration_ms, seed;
-	uint32_t capacity, seqs, conns, round_us;
+	uint32_t capacity, seqs, conns, round_us, page_tokens, count;
+	int repeat;
 } o = { .mode = "shm", .name = "hostile", .duration_ms = 3000, .seed = 1, .capacity = 64,
-	.seqs = 4, .conns = 1000, .round_us = 1000 };
+	.seqs = 4, .conns = 1000, .round_us = 1000, .page_tokens = 16, .order = "asc",
+	.count = 1 };
 
 /* ---- one attachment, done by hand ---- */
 struct att {
@@ -128,8 +138,9 @@ static int att_open(struct att *a, char *err, size_t errlen)
 	a->sock = fd;
 	char hello[512];
 	int n = snprintf(hello, sizeof(hello),
-			 "HELLO abi=%u.%u name=%s page_tokens=16 page_capacity=%u max_seqs=%u\n",
-			 MD_ABI_MAJOR, MD_ABI_MINOR, o.name, o.capacity, o.seqs);
+			 "HELLO abi=%u.%u name=%s page_tokens=%u page_capacity=%u max_seqs=%u%s%s\n",
+			 MD_ABI_MAJOR, MD_ABI_MINOR, o.name, o.page_tokens, o.capacity, o.seqs,
+			 o.weight ? " weight=" : "", o.weight ? o.weight : "");
 	if (send(fd, hello, (size_t)n, MSG_NOSIGNAL) != n) {
 		snprintf(err, errlen, "send HELLO: %s", strerror(errno));
 		att_close(a);
@@ -768,6 +779,132 @@ static int mode_ctl(void)
 	return 0;
 }
 
+/* ---- modes relabel, resync, idle ---- */
+
+/* One sequence (0) of `capacity` full pages; slot k at position k (asc) or
+ * capacity-1-k (desc) pages in; then a resync request. */
+static void fill_table(struct att *a, int desc)
+{
+	uint32_t pt = o.page_tokens;
+	uint64_t labels = 0;
+	for (unsigned k = 0; k < pt; k++)
+		labels = md_label_set(labels, k, MD_REGION_USER);
+	for (uint32_t slot = 0; slot < o.capacity; slot++) {
+		uint64_t page = desc ? (uint64_t)(o.capacity - 1 - slot) : slot;
+		struct md_page_entry e = { .generation = 1, .seq = 0, .n_tokens = (uint16_t)pt,
+					   .state = MD_PAGE_LIVE, .first_pos = page * pt,
+					   .labels = labels, .open_clock = page * pt };
+		pt_write(a, slot, &e);
+	}
+	md_store_release(&a->clock[0], (uint64_t)o.capacity * pt);
+	heartbeat(a);
+	md_store_release(&a->ectrl->resync_request, md_load_relaxed(&a->ectrl->resync_request) + 1);
+	bell(a);
+}
+
+static int mode_relabel(void)
+{
+	struct att a;
+	char err[512];
+	if (att_open(&a, err, sizeof(err)) < 0) {
+		printf("{\"mode\": \"relabel\", \"attached\": false, \"error\": \"%s\"}\n", err);
+		return 1;
+	}
+	fill_table(&a, 0);
+	sleep_ms(500); /* the resync builds the sequence */
+	uint64_t end = now_ns() + o.duration_ms * 1000000ull, sent = 0;
+	int gone = 0;
+	while (!g_stop && now_ns() < end) {
+		heartbeat(&a);
+		if (att_gone(&a)) {
+			gone = 1;
+			break;
+		}
+		int pushed = 0;
+		while (ring_room(&a, 1) && pushed < 256) {
+			struct md_stats_rec *r = rec_at(&a, 0);
+			r->type = MD_REC_RELABEL;
+			r->seq = 0;
+			r->u.relabel.pos0 = 0;
+			r->u.relabel.pos1 = (uint64_t)o.capacity * o.page_tokens;
+			r->u.relabel.region = (sent & 1) ? MD_REGION_USER : MD_REGION_ASSISTANT;
+			rec_push(&a);
+			sent++;
+			pushed++;
+		}
+		if (md_load_acquire(&a.dctrl->sleeping))
+			bell(&a);
+		if (!pushed)
+			sleep_ms(1);
+	}
+	printf("{\"mode\": \"relabel\", \"attached\": true, \"engine_id\": %u, \"relabels\": %" PRIu64
+	       ", \"detached\": %s}\n", a.engine_id, sent, gone ? "true" : "false");
+	att_close(&a);
+	return 0;
+}
+
+static int mode_resync(void)
+{
+	struct att a;
+	char err[512];
+	if (att_open(&a, err, sizeof(err)) < 0) {
+		printf("{\"mode\": \"resync\", \"attached\": false, \"error\": \"%s\"}\n", err);
+		return 1;
+	}
+	fill_table(&a, !strcmp(o.order, "desc"));
+	uint64_t end = now_ns() + o.duration_ms * 1000000ull, requests = 1;
+	int gone = 0;
+	while (!g_stop && now_ns() < end) {
+		heartbeat(&a);
+		if (att_gone(&a)) {
+			gone = 1;
+			break;
+		}
+		if (o.repeat) {
+			md_store_release(&a.ectrl->resync_request,
+					 md_load_relaxed(&a.ectrl->resync_request) + 1);
+			requests++;
+			if (md_load_acquire(&a.dctrl->sleeping))
+				bell(&a);
+		}
+		struct timespec ts = { 0, (long)o.round_us * 1000L };
+		nanosleep(&ts, NULL);
+	}
+	printf("{\"mode\": \"resync\", \"attached\": true, \"engine_id\": %u, \"requests\": %" PRIu64
+	       ", \"detached\": %s}\n", a.engine_id, requests, gone ? "true" : "false");
+	att_close(&a);
+	return 0;
+}
+
+static int mode_idle(void)
+{
+	struct att *as = calloc(o.count, sizeof(*as));
+	if (!as)
+		return 1;
+	uint32_t ok = 0, refused = 0;
+	char err[512], first_err[512] = "";
+	for (uint32_t i = 0; i < o.count && !g_stop; i++) {
+		if (att_open(&as[ok], err, sizeof(err)) < 0) {
+			if (!refused++)
+				snprintf(first_err, sizeof(first_err), "%s", err);
+			continue;
+		}
+		/* asleep on the doorbell: no heartbeat is due */
+		md_store_release(&as[ok].ectrl->sleeping, 1);
+		ok++;
+	}
+	printf("{\"mode\": \"idle\", \"attached\": %u, \"refused\": %u, \"first_error\": \"%s\"}\n",
+	       ok, refused, first_err);
+	fflush(stdout);
+	uint64_t end = now_ns() + o.duration_ms * 1000000ull;
+	while (!g_stop && now_ns() < end)
+		sleep_ms(20);
+	for (uint32_t i = 0; i < ok; i++)
+		att_close(&as[i]);
+	free(as);
+	return 0;
+}
+
 /* ---- mode replay ---- */
 struct rpage {
 	uint32_t slot, gen, seq, n;
@@ -894,7 +1031,7 @@ static int mode_replay(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: memdecay-hostile --socket PATH [--mode shm|ctl|replay] [options]\n"
+		"usage: memdecay-hostile --socket PATH [--mode shm|ctl|replay|relabel|resync|idle] [options]\n"
 		"  --duration-ms MS   how long to keep at it (default 3000; replay: 0 = until SIGTERM)\n"
 		"  --seed S           RNG seed (default 1)\n"
 		"  --engine-name N    name in HELLO (default hostile)\n"
@@ -903,7 +1040,12 @@ static void usage(FILE *f)
 		"  --round-us US      pause between shm attack rounds (default 1000)\n"
 		"  --conns N          connections per storm in ctl mode (default 1000)\n"
 		"  --replay FILE      page table to hold (memdecay-loadgen --dump-pages output)\n"
-		"  --attacks A,B      shm mode: only these attacks (names as in the JSON rounds)\n");
+		"  --attacks A,B      shm mode: only these attacks (names as in the JSON rounds)\n"
+		"  --page-tokens N    page_tokens asked in HELLO (default 16)\n"
+		"  --weight W         weight=W in HELLO\n"
+		"  --order asc|desc   resync mode: positions ascending or descending with the slot\n"
+		"  --repeat           resync mode: request a resync every --round-us\n"
+		"  --count N          idle mode: engines to attach (default 1)\n");
 }
 
 int main(int argc, char **argv)
@@ -913,6 +1055,8 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 'r' }, { "engine-name", 1, 0, 'n' }, { "capacity", 1, 0, 'c' },
 		{ "seqs", 1, 0, 'q' }, { "round-us", 1, 0, 'u' }, { "conns", 1, 0, 'k' },
 		{ "replay", 1, 0, 'p' }, { "attacks", 1, 0, 'a' }, { "help", 0, 0, 'h' },
+		{ "page-tokens", 1, 0, 't' }, { "weight", 1, 0, 'w' }, { "order", 1, 0, 'o' },
+		{ "repeat", 0, 0, 'R' }, { "count", 1, 0, 'C' },
 		{ 0, 0, 0, 0 },
 	};
 	int ch;
@@ -920,7 +1064,7 @@ int main(int argc, char **argv)
 		char *e = NULL;
 		unsigned long long v = 0;
 		if (ch != 's' && ch != 'm' && ch != 'n' && ch != 'p' && ch != 'a' && ch != 'h' &&
-		    ch != '?') {
+		    ch != 'w' && ch != 'o' && ch != 'R' && ch != '?') {
 			errno = 0;
 			v = strtoull(optarg, &e, 10);
 			if (errno || !*optarg || *e || optarg[0] == '-') {
@@ -940,12 +1084,18 @@ int main(int argc, char **argv)
 		case 'q': o.seqs = (uint32_t)v; break;
 		case 'u': o.round_us = (uint32_t)v; break;
 		case 'k': o.conns = (uint32_t)v; break;
+		case 't': o.page_tokens = (uint32_t)v; break;
+		case 'w': o.weight = optarg; break;
+		case 'o': o.order = optarg; break;
+		case 'R': o.repeat = 1; break;
+		case 'C': o.count = (uint32_t)v; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (!o.socket || o.capacity < 2 || o.capacity > MD_PAGE_CAPACITY_MAX || o.seqs < 2 ||
-	    o.seqs > MD_MAX_SEQS_MAX) {
+	    o.seqs > MD_MAX_SEQS_MAX || o.page_tokens < 1 || o.page_tokens > MD_PAGE_TOKENS_MAX ||
+	    o.count < 1 || o.count > 100000 || (strcmp(o.order, "asc") && strcmp(o.order, "desc"))) {
 		usage(stderr);
 		return 2;
 	}
@@ -961,6 +1111,12 @@ int main(int argc, char **argv)
 		return mode_ctl();
 	if (!strcmp(o.mode, "replay"))
 		return mode_replay();
+	if (!strcmp(o.mode, "relabel"))
+		return mode_relabel();
+	if (!strcmp(o.mode, "resync"))
+		return mode_resync();
+	if (!strcmp(o.mode, "idle"))
+		return mode_idle();
 	usage(stderr);
 	return 2;
 }

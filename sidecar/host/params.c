@@ -53,6 +53,10 @@ void md__params_defaults(struct md__params *p)
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
+	p->max_engines = 256;
+	p->max_engines_per_uid = 64;
+	p->max_segment_bytes_per_uid = 4ull << 30;
+	p->max_engine_weight = 1.0;
 }
 
 const char *md__policy_name(uint32_t policy)
@@ -174,6 +178,12 @@ static const struct scalar_key scalar_keys[] = {
 	{"daemon.heartbeat_timeout_ms", K_U32, OFF(heartbeat_timeout_ms), 0, 0, 0, 0, 1, UINT32_MAX},
 	/* 0: never detach an engine for violations */
 	{"daemon.violation_limit", K_U32, OFF(violation_limit), 0, 0, 0, 0, 0, UINT32_MAX},
+	{"daemon.max_engines", K_U32, OFF(max_engines), 0, 0, 0, 0, 1, 65536},
+	{"daemon.max_engines_per_uid", K_U32, OFF(max_engines_per_uid), 0, 0, 0, 0, 1, 65536},
+	{"daemon.max_segment_bytes_per_uid", K_U64, OFF(max_segment_bytes_per_uid), 0, 0, 0, 0,
+	 1ull << 20, 1ull << 48},
+	/* HELLO weight=W of an engine without the daemon's uid is clamped to this */
+	{"budget.max_engine_weight", K_DOUBLE, OFF(max_engine_weight), 0, 1e6, 1, 0, 0, 0},
 };
 #define N_SCALAR (sizeof(scalar_keys) / sizeof(scalar_keys[0]))
 

@@ -38,6 +38,11 @@ struct md__params {
 	/* daemon */
 	uint32_t heartbeat_timeout_ms;        /* daemon.heartbeat_timeout_ms */
 	uint32_t violation_limit;             /* daemon.violation_limit */
+	/* what one peer may take (docs/reliability.md, "Peers") */
+	uint32_t max_engines;                 /* daemon.max_engines */
+	uint32_t max_engines_per_uid;         /* daemon.max_engines_per_uid */
+	uint64_t max_segment_bytes_per_uid;   /* daemon.max_segment_bytes_per_uid */
+	double max_engine_weight;             /* budget.max_engine_weight (other uids' HELLO weight) */
 };
 
 /* Starting values: DESIGN.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */
