@@ -152,14 +152,23 @@ static inline int64_t md_ring_available(const struct md_ring_cons *r)
 
 /* Copy the next record out (the copy is what gets validated) and advance the
  * private index.  md_ring_release() publishes the head. */
+/* A copied record's stamp check, the same on every ring (host stats and
+ * commands, the CUDA stats ring): pos must be the low 32 bits of the index
+ * the record was taken at. */
+static inline int md_ring_stamp_ok(const void *rec, uint64_t index)
+{
+	uint32_t pos;
+	memcpy(&pos, rec, sizeof(pos));
+	return pos == (uint32_t)index;
+}
+
 static inline int md_ring_copy_next(struct md_ring_cons *r, void *dst)
 {
 	const char *src = (const char *)r->data + (size_t)(r->next & (r->capacity - 1)) * r->rec_size;
 	memcpy(dst, src, r->rec_size);
-	uint32_t pos = *(const uint32_t *)dst;
-	uint32_t want = (uint32_t)r->next;
+	int ok = md_ring_stamp_ok(dst, r->next);
 	r->next++;
-	return pos == want ? MD_RING_OK : MD_RING_TORN;
+	return ok ? MD_RING_OK : MD_RING_TORN;
 }
 
 static inline void md_ring_release(struct md_ring_cons *r)

@@ -4,8 +4,9 @@
  * off.engine.cuda_ring_export; like everything there it is copied out before
  * it is looked at, and md_cuda_ring.h validates the copy again (magic,
  * version, record size, capacity) before it opens any handle.  Records
- * drained from the device go through md__engine_ingest_rec, the same frame
- * accounting and host validation as the host ring.
+ * drained from the device go through the host ring's checks: the stamp
+ * (md_ring_stamp_ok, torn records counted by md__engine_torn), then
+ * md__engine_ingest_rec, the same accounting and host validation.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -75,15 +76,21 @@ int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e)
 	}
 	if (!e->cuda_buf && !(e->cuda_buf = malloc(MD__INGEST_BATCH * sizeof(struct md_stats_rec))))
 		return 0;
+	uint64_t first = mdk_cuda_ring_reader_head(e->cuda_rd);
 	int n = mdk_cuda_ring_drain(e->cuda_rd, e->cuda_buf, MD__INGEST_BATCH);
 	if (n < 0) {
 		snprintf(err, sizeof(err), "CUDA stats ring: %s", mdk_cuda_last_error());
 		md__engine_detach(d, e, MD__DETACH_VIOLATIONS, err);
 		return -1;
 	}
-	for (int i = 0; i < n; i++)
-		if (md__engine_ingest_rec(d, e, &e->cuda_buf[i]) < 0)
+	/* The host ring's rules: the stamp first, then the record's meaning. */
+	for (int i = 0; i < n; i++) {
+		int rc = md_ring_stamp_ok(&e->cuda_buf[i], first + (uint64_t)i)
+				 ? md__engine_ingest_rec(d, e, &e->cuda_buf[i])
+				 : md__engine_torn(d, e, first + (uint64_t)i);
+		if (rc < 0)
 			return -1;
+	}
 	return n;
 }
 

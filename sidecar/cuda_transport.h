@@ -9,6 +9,7 @@
 #define MD_CUDA_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct md__daemon;
 struct md__engine;
@@ -33,5 +34,9 @@ int md__cuda_transport_open(struct md__engine *e, char *err, size_t errlen);
 int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e);
 
 void md__cuda_transport_close(struct md__engine *e);
+
+/* engine.c: a record whose stamp does not match the index it was taken at,
+ * on either ring: counted, a violation.  0, or -1 if the engine was detached. */
+int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index);
 
 #endif

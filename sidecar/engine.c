@@ -320,10 +320,7 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
-			e->torn++;
-			md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
-				  (unsigned long long)(e->stats.next - 1));
-			if (violation(d, e, "torn record"))
+			if (md__engine_torn(d, e, e->stats.next - 1) < 0)
 				return -1;
 			continue;
 		}
@@ -344,6 +341,14 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	if (i)
 		md_ring_release(&e->stats);
 	return i;
+}
+
+int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index)
+{
+	e->torn++;
+	md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
+		  (unsigned long long)index);
+	return violation(d, e, "torn record") ? -1 : 0;
 }
 
 int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,

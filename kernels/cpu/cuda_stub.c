@@ -27,6 +27,17 @@ const char *mdk_cuda_last_error(void)
 	return md__no_cuda_msg;
 }
 
+int mdk_cuda_alloc(void **out, size_t bytes, int device)
+{
+	if (out)
+		*out = NULL;
+	return -ENOTSUP;
+}
+
+void mdk_cuda_free(void *p)
+{
+}
+
 int mdk_cuda_page_mass_zero(const struct mdk_cell_map *map, struct mdk_page_out *out,
 			    void *stream)
 {
@@ -72,6 +83,23 @@ int mdk_cuda_ring_get_export(const struct mdk_cuda_ring *r, struct mdk_cuda_ring
 int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uint32_t n, void *stream)
 {
 	return -ENOTSUP;
+}
+
+int mdk_cuda_ring_push_attn(struct mdk_cuda_ring *r, const void *recs, uint32_t n,
+			    const float *token_mass, uint32_t n_pages, uint32_t page_tokens,
+			    float tau, uint32_t limit, void *stream)
+{
+	return -ENOTSUP;
+}
+
+int64_t mdk_cuda_ring_pending(struct mdk_cuda_ring *r, void *stream)
+{
+	return -ENOTSUP;
+}
+
+uint64_t mdk_cuda_ring_tail(const struct mdk_cuda_ring *r)
+{
+	return 0;
 }
 
 uint64_t mdk_cuda_ring_dropped(const struct mdk_cuda_ring *r)

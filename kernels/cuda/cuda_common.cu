@@ -74,6 +74,34 @@ int md__cuda_ready(void)
 	return rc;
 }
 
+extern "C" int mdk_cuda_alloc(void **out, size_t bytes, int device)
+{
+	if (!out)
+		return md__cuda_fail(-EINVAL, "mdk_cuda_alloc: NULL out");
+	*out = NULL;
+	int rc = md__cuda_ready();
+	if (rc)
+		return rc;
+	if ((rc = md__cuda_check(cudaSetDevice(device), "cudaSetDevice")))
+		return rc;
+	cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+	if (e == cudaErrorMemoryAllocation) {
+		*out = NULL;
+		return md__cuda_fail(-ENOMEM, "cudaMalloc %zu bytes: out of device memory", bytes);
+	}
+	if ((rc = md__cuda_check(e, "cudaMalloc"))) {
+		*out = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+extern "C" void mdk_cuda_free(void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
 extern "C" const char *mdk_cuda_last_error(void)
 {
 	return md__cuda_msg;

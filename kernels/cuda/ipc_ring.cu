@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "md_cuda_attn_rec.h"
 #include "md_cuda_ring.h"
 
 struct mdk_cuda_ring {
@@ -56,6 +57,20 @@ static bool pow2(uint32_t x)
 __global__ void md__ring_store_u64(uint64_t *dst, uint64_t v)
 {
 	*(volatile uint64_t *)dst = v;
+}
+
+/* One thread per staged record: complete it from the token masses and stamp
+ * it (md_cuda_attn_rec.h).  Records are 64-byte slots in the ring. */
+__global__ void md__ring_finish_attn(char *data, uint64_t first, uint32_t n, uint32_t mask,
+				     const float *__restrict__ token_mass, uint32_t n_pages,
+				     uint32_t P, float tau)
+{
+	uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n)
+		return;
+	uint64_t index = first + i;
+	uint8_t *rec = (uint8_t *)data + (size_t)(index & mask) * MDK_CUDA_RING_REC_SIZE;
+	mdk_attn_rec_finish(rec, index, token_mass, n_pages, P, tau);
 }
 
 static int set_device(int device)
@@ -129,54 +144,11 @@ extern "C" int mdk_cuda_ring_get_export(const struct mdk_cuda_ring *r, struct md
 	return 0;
 }
 
-extern "C" int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uint32_t n,
-				  void *stream)
+/* Refresh our view of the head, at most one fetch in flight; a full ring
+ * must keep fetching or it would stay full forever. */
+static int refresh_head(struct mdk_cuda_ring *r, cudaStream_t st)
 {
-	if (!r || (n && !recs))
-		return md__cuda_fail(-EINVAL, "mdk_cuda_ring_push: NULL argument");
-	cudaStream_t st = (cudaStream_t)stream;
-	uint64_t head = *r->head_seen;
-	uint64_t used = r->tail - head;
-	if (used > r->capacity) /* the daemon's head is not ours to trust */
-		return md__cuda_fail(-EPROTO, "mdk_cuda_ring_push: head %llu inconsistent with "
-				     "tail %llu", (unsigned long long)head,
-				     (unsigned long long)r->tail);
-	uint32_t space = r->capacity - (uint32_t)used;
-	uint32_t take = n < space ? n : space;
-	r->dropped += n - take;
 	int rc = 0;
-	if (take > 0) {
-		const uint32_t mask = r->capacity - 1, rs = MDK_CUDA_RING_REC_SIZE;
-		uint32_t at = (uint32_t)(r->tail & mask);
-		uint32_t first = take < r->capacity - at ? take : r->capacity - at;
-		memcpy(r->mirror + (size_t)at * rs, recs, (size_t)first * rs);
-		memcpy(r->mirror, (const uint8_t *)recs + (size_t)first * rs,
-		       (size_t)(take - first) * rs);
-		char *data = r->dev + MDK_CUDA_RING_DATA_OFFSET;
-		if ((rc = md__cuda_check(cudaMemcpyAsync(data + (size_t)at * rs,
-							 r->mirror + (size_t)at * rs,
-							 (size_t)first * rs,
-							 cudaMemcpyHostToDevice, st),
-					 "ring push copy")))
-			return rc;
-		if (take > first &&
-		    (rc = md__cuda_check(cudaMemcpyAsync(data, r->mirror,
-							 (size_t)(take - first) * rs,
-							 cudaMemcpyHostToDevice, st),
-					 "ring push copy (wrap)")))
-			return rc;
-		r->tail += take;
-		md__ring_store_u64<<<1, 1, 0, st>>>(
-			(uint64_t *)(r->dev + MDK_CUDA_RING_TAIL_OFFSET), r->tail);
-		cudaError_t e = cudaGetLastError();
-		if (e == cudaErrorNotReady) /* left by an earlier cudaEventQuery */
-			e = cudaSuccess;
-		if ((rc = md__cuda_check(e, "ring tail store")) ||
-		    (rc = md__cuda_check(cudaEventRecord(r->event, st), "ring event record")))
-			return rc;
-	}
-	/* Refresh our view of the head, at most one fetch in flight; a full ring
-	 * must keep fetching or it would stay full forever. */
 	if (cudaEventQuery(r->head_event) == cudaSuccess) {
 		if ((rc = md__cuda_check(cudaMemcpyAsync((void *)r->head_seen,
 							 r->dev + MDK_CUDA_RING_HEAD_OFFSET,
@@ -186,7 +158,152 @@ extern "C" int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uin
 		    (rc = md__cuda_check(cudaEventRecord(r->head_event, st), "ring head event")))
 			return rc;
 	}
+	return 0;
+}
+
+/* Slots free for records, or -EPROTO when the head is not ours to trust. */
+static int64_t ring_space(struct mdk_cuda_ring *r)
+{
+	uint64_t head = *r->head_seen;
+	uint64_t used = r->tail - head;
+	if (used > r->capacity)
+		return md__cuda_fail(-EPROTO, "mdk_cuda_ring_push: head %llu inconsistent with "
+				     "tail %llu", (unsigned long long)head,
+				     (unsigned long long)r->tail);
+	return (int64_t)(r->capacity - used);
+}
+
+/* Copy `take` records into the mirror at their final slots, stamp them (pos
+ * = index; records the device completes: its complement until the kernel
+ * stamps them) and queue their copy to the device. */
+static int stage_records(struct mdk_cuda_ring *r, const void *recs, uint32_t take, bool finish,
+			 cudaStream_t st)
+{
+	const uint32_t mask = r->capacity - 1, rs = MDK_CUDA_RING_REC_SIZE;
+	uint32_t at = (uint32_t)(r->tail & mask);
+	uint32_t first = take < r->capacity - at ? take : r->capacity - at;
+	memcpy(r->mirror + (size_t)at * rs, recs, (size_t)first * rs);
+	memcpy(r->mirror, (const uint8_t *)recs + (size_t)first * rs, (size_t)(take - first) * rs);
+	for (uint32_t i = 0; i < take; i++) {
+		uint64_t index = r->tail + i;
+		uint8_t *m = r->mirror + (size_t)(index & mask) * rs;
+		if (finish)
+			mdk_attn_rec_stage_pos(m, index);
+		else {
+			uint32_t pos = (uint32_t)index;
+			memcpy(m + MDK_REC_OFF_POS, &pos, sizeof(pos));
+		}
+	}
+	char *data = r->dev + MDK_CUDA_RING_DATA_OFFSET;
+	int rc;
+	if ((rc = md__cuda_check(cudaMemcpyAsync(data + (size_t)at * rs, r->mirror + (size_t)at * rs,
+						 (size_t)first * rs, cudaMemcpyHostToDevice, st),
+				 "ring push copy")))
+		return rc;
+	if (take > first &&
+	    (rc = md__cuda_check(cudaMemcpyAsync(data, r->mirror, (size_t)(take - first) * rs,
+						 cudaMemcpyHostToDevice, st),
+				 "ring push copy (wrap)")))
+		return rc;
+	return 0;
+}
+
+/* Store the new tail after everything queued before it, then record the IPC
+ * event the daemon waits on. */
+static int publish_tail(struct mdk_cuda_ring *r, uint32_t take, cudaStream_t st)
+{
+	r->tail += take;
+	md__ring_store_u64<<<1, 1, 0, st>>>((uint64_t *)(r->dev + MDK_CUDA_RING_TAIL_OFFSET),
+					     r->tail);
+	cudaError_t e = cudaGetLastError();
+	if (e == cudaErrorNotReady) /* left by an earlier cudaEventQuery */
+		e = cudaSuccess;
+	int rc;
+	if ((rc = md__cuda_check(e, "ring tail store")) ||
+	    (rc = md__cuda_check(cudaEventRecord(r->event, st), "ring event record")))
+		return rc;
+	return 0;
+}
+
+extern "C" int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uint32_t n,
+				  void *stream)
+{
+	if (!r || (n && !recs))
+		return md__cuda_fail(-EINVAL, "mdk_cuda_ring_push: NULL argument");
+	cudaStream_t st = (cudaStream_t)stream;
+	int64_t space = ring_space(r);
+	if (space < 0)
+		return (int)space;
+	uint32_t take = (uint64_t)n < (uint64_t)space ? n : (uint32_t)space;
+	r->dropped += n - take;
+	int rc = 0;
+	if (take > 0 && ((rc = stage_records(r, recs, take, false, st)) ||
+			 (rc = publish_tail(r, take, st))))
+		return rc;
+	if ((rc = refresh_head(r, st)))
+		return rc;
 	return (int)take;
+}
+
+extern "C" int mdk_cuda_ring_push_attn(struct mdk_cuda_ring *r, const void *recs, uint32_t n,
+				       const float *token_mass, uint32_t n_pages,
+				       uint32_t page_tokens, float tau, uint32_t limit,
+				       void *stream)
+{
+	if (!r || (n && (!recs || !token_mass)))
+		return md__cuda_fail(-EINVAL, "mdk_cuda_ring_push_attn: NULL argument");
+	if (page_tokens < 1 || page_tokens > 16)
+		return md__cuda_fail(-EINVAL, "mdk_cuda_ring_push_attn: page_tokens %u outside 1..16",
+				     page_tokens);
+	for (uint32_t i = 0; i < n; i++)
+		if (mdk_attn_rec_page((const uint8_t *)recs + (size_t)i * MDK_CUDA_RING_REC_SIZE) >=
+		    n_pages)
+			return md__cuda_fail(-EINVAL, "mdk_cuda_ring_push_attn: record %u names a page "
+					     "past n_pages %u", i, n_pages);
+	cudaStream_t st = (cudaStream_t)stream;
+	int64_t space = ring_space(r);
+	if (space < 0)
+		return (int)space;
+	if (limit == 0 || limit > r->capacity)
+		limit = r->capacity;
+	uint64_t used = r->capacity - (uint64_t)space;
+	int rc;
+	if (used + n > limit) {
+		r->dropped += n;
+		if ((rc = refresh_head(r, st)))
+			return rc;
+		return 0;
+	}
+	if (n == 0)
+		return 0;
+	if ((rc = stage_records(r, recs, n, true, st)))
+		return rc;
+	const uint32_t threads = 128;
+	md__ring_finish_attn<<<(n + threads - 1) / threads, threads, 0, st>>>(
+		r->dev + MDK_CUDA_RING_DATA_OFFSET, r->tail, n, r->capacity - 1, token_mass, n_pages,
+		page_tokens, tau);
+	if ((rc = md__cuda_check(cudaGetLastError(), "md__ring_finish_attn launch")) ||
+	    (rc = publish_tail(r, n, st)) || (rc = refresh_head(r, st)))
+		return rc;
+	return (int)n;
+}
+
+extern "C" int64_t mdk_cuda_ring_pending(struct mdk_cuda_ring *r, void *stream)
+{
+	if (!r)
+		return md__cuda_fail(-EINVAL, "mdk_cuda_ring_pending: NULL ring");
+	int64_t space = ring_space(r);
+	if (space < 0)
+		return space;
+	int rc = refresh_head(r, (cudaStream_t)stream);
+	if (rc)
+		return rc;
+	return (int64_t)r->capacity - space;
+}
+
+extern "C" uint64_t mdk_cuda_ring_tail(const struct mdk_cuda_ring *r)
+{
+	return r ? r->tail : 0;
 }
 
 extern "C" uint64_t mdk_cuda_ring_dropped(const struct mdk_cuda_ring *r)

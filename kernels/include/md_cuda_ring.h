@@ -50,9 +50,27 @@ struct mdk_cuda_ring_reader;  /* daemon side */
 /* Engine side. */
 int mdk_cuda_ring_create(struct mdk_cuda_ring **out, uint32_t capacity, int device);
 int mdk_cuda_ring_get_export(const struct mdk_cuda_ring *r, struct mdk_cuda_ring_export *ex);
-/* Queue n host records (struct md_stats_rec[n]) on stream; returns how many
+/* Queue n host records (struct md_stats_rec[n]) on stream; each is stamped
+ * with pos = low 32 bits of its ring index (docs/abi.md §3).  Returns how many
  * were queued (the rest were dropped: ring full) or < 0. */
 int mdk_cuda_ring_push(struct mdk_cuda_ring *r, const void *recs, uint32_t n, void *stream);
+/* Queue n ATTN_PAGE records completed on the device (md_cuda_attn_rec.h):
+ * recs (host) hold each record's header and working fields (dense page index
+ * into token_mass, norm scale, live-token mask, from mdk_attn_rec_stage);
+ * token_mass (device, [n_pages · page_tokens]) is what the page-mass kernels
+ * wrote on the same stream.  One kernel completes the records in the ring and
+ * stamps them; then the tail is stored.  All or none: when more than `limit`
+ * records (0: capacity) would be in the ring, the n records are dropped and
+ * counted and 0 is returned.  Returns n, 0 or < 0 (-EINVAL: a page index
+ * past n_pages, P outside 1..16). */
+int mdk_cuda_ring_push_attn(struct mdk_cuda_ring *r, const void *recs, uint32_t n,
+			    const float *token_mass, uint32_t n_pages, uint32_t page_tokens,
+			    float tau, uint32_t limit, void *stream);
+/* Records queued and not yet known consumed (the engine's view of the head is
+ * refreshed by an async copy: this queues one on stream if none is in
+ * flight). */
+int64_t mdk_cuda_ring_pending(struct mdk_cuda_ring *r, void *stream);
+uint64_t mdk_cuda_ring_tail(const struct mdk_cuda_ring *r);
 uint64_t mdk_cuda_ring_dropped(const struct mdk_cuda_ring *r);
 void mdk_cuda_ring_destroy(struct mdk_cuda_ring *r);
 

@@ -28,6 +28,12 @@ int mdk_cuda_probe(int *n_devices);
 /* This thread's last error message ("" when none). */
 const char *mdk_cuda_last_error(void);
 
+/* Device memory for callers that keep no CUDA runtime of their own
+ * (libmemdecay's GPU publisher): bytes on the current device, or -ENODEV,
+ * -ENOMEM, -ENOTSUP. */
+int mdk_cuda_alloc(void **out, size_t bytes, int device);
+void mdk_cuda_free(void *p);
+
 int mdk_cuda_page_mass_zero(const struct mdk_cell_map *map, struct mdk_page_out *out,
 			    void *stream);
 int mdk_cuda_page_mass_accumulate(const struct mdk_probs *p, const struct mdk_cell_map *map,

@@ -143,6 +143,92 @@ uint32_t md_client_live_pages(const md_client *c);
 int md_client_geometry(const md_client *c, uint32_t *page_tokens, uint32_t *page_capacity,
 		       uint32_t *max_seqs);
 
+/* ---- GPU publisher (ABI 1.1, stats_transport=cuda; docs/abi.md §7) ----
+ * For an engine whose attention lives in GPU memory.  md_gpu_create moves the
+ * client to the CUDA stats ring: it allocates the device ring, re-attaches
+ * with HELLO stats_transport=cuda and publishes the ring's export record.
+ * From then on every record of the client goes through the device ring in
+ * order: lifecycle calls (md_page_open, md_seq_step, ...) are staged in
+ * private memory and queued on the stream by the next md_gpu_publish_* or
+ * md_gpu_flush; attention is reduced to per-page mass on the device and the
+ * records are completed there.  Per-token data never leaves the device and
+ * nothing waits for the stream.  Pointers marked device are device memory of
+ * `device`; `stream` is a cudaStream_t (NULL: the legacy default stream).
+ *   -ENOTSUP   libmemdecay built without CUDA (MEMDECAY_CUDA=OFF)
+ *   -ENODEV    no usable CUDA device or driver
+ *   MD_EREFUSED the daemon refused the CUDA transport (built without CUDA, or
+ *              no device on its side); the client is attached again with the
+ *              host ring
+ * A failed md_gpu_create leaves the client as it was: keep publishing with
+ * md_attn_page / md_attn_tokens.  Messages: md_client_last_error. */
+typedef struct md_gpu md_gpu;
+
+struct md_gpu_config {
+	int device;               /* CUDA device ordinal */
+	uint32_t ring_capacity;   /* device ring records, power of two <= 2^24; 0 = 65536 */
+	uint32_t max_pages;       /* dense pages per publish call; 0 = page_capacity */
+};
+void md_gpu_config_init(struct md_gpu_config *cfg);
+int md_gpu_create(md_client *c, const struct md_gpu_config *cfg, md_gpu **out);
+/* Back to the host ring (re-attaches when attached), frees the device ring.
+ * Call before md_client_destroy. */
+void md_gpu_destroy(md_gpu *g);
+
+#define MD_GPU_NO_SLOT UINT32_MAX
+
+/* One step's attention probabilities (md_kernels.h layout): probs[q][h][c]
+ * rows of n_kv cells (row stride >= n_kv floats); rows may stack layers, the
+ * mass is the mean over all n_query·n_head rows.  Cell c belongs to dense page
+ * cell_page[c] (-1: untracked), token cell_token[c] < P.  Dense page i is the
+ * client's slot slots[i] (host array; MD_GPU_NO_SLOT or a slot that is not
+ * live: no record). */
+struct md_gpu_probs {
+	const float *probs;        /* device */
+	uint32_t n_query, n_head, n_kv, row_stride;
+	const int32_t *cell_page;  /* device [n_kv] */
+	const uint8_t *cell_token; /* device [n_kv] */
+	uint32_t n_pages;          /* dense pages, <= max_pages */
+	const uint32_t *slots;     /* host [n_pages] */
+};
+
+/* One decode query of one sequence from a fused attention kernel
+ * (md_kernels_flash.h): q, the paged K cache, the block table and the
+ * per-head log-sum-exp; page i holds positions [i·P, min((i+1)·P, n_tokens))
+ * and is the client's slot slots[i]. */
+struct md_gpu_flash {
+	const float *q;            /* device [n_head][head_dim] */
+	const float *k_cache;      /* device [n_blocks][P][n_kv_head][head_dim] */
+	const int32_t *block_table;/* device [n_pages] */
+	const float *lse;          /* device [n_head] */
+	uint32_t n_head, n_kv_head, head_dim, n_blocks;
+	uint32_t n_pages, n_tokens;/* n_pages <= max_pages, n_tokens <= n_pages·P */
+	uint32_t head_step;        /* 0 or 1: every head */
+	float scale;               /* 0: 1/sqrt(head_dim) */
+	const uint32_t *slots;     /* host [n_pages] */
+};
+
+/* Queue the staged lifecycle records, the page-mass kernels and the step's
+ * ATTN_PAGE records on stream.  Returns the attention records queued (>= 0),
+ * MD_EFULL when the ring had no room for them (all dropped, counted),
+ * MD_EDETACHED, -EINVAL, or -EIO (the CUDA runtime failed; sticky). */
+int md_gpu_publish_probs(md_gpu *g, const struct md_gpu_probs *in, void *stream);
+int md_gpu_publish_flash(md_gpu *g, const struct md_gpu_flash *in, void *stream);
+/* Queue the staged lifecycle records only (steps without attention). */
+int md_gpu_flush(md_gpu *g, void *stream);
+
+struct md_gpu_counters {
+	uint64_t attn_records;      /* ATTN_PAGE records queued */
+	uint64_t attn_dropped;      /* dropped on a full ring */
+	uint64_t attn_skipped;      /* dense pages with no live slot */
+	uint64_t lifecycle_records; /* staged records queued */
+	uint64_t lifecycle_dropped; /* did not fit the device ring (resync asked) */
+	uint64_t device_tail;       /* records ever queued on the device ring */
+};
+void md_gpu_counters(const md_gpu *g, struct md_gpu_counters *out);
+/* Records queued and not yet seen consumed by the daemon (the view is
+ * refreshed asynchronously on stream), or < 0. */
+int64_t md_gpu_pending(md_gpu *g, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

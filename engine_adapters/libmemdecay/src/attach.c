@@ -288,6 +288,16 @@ static int validate(struct md_client *c, struct md__attach *a, uint32_t engine_i
 			if (overlap(e_off[i], e_sz[i], e_off[j], e_sz[j]))
 				goto bad_off;
 	}
+	/* The CUDA export record (docs/abi.md §6): only asked for, only checked,
+	 * with stats_transport=cuda. */
+	if (c->stats_cuda) {
+		uint64_t x = eo->cuda_ring_export;
+		if (!x || !region_ok(x, MD_CUDA_RING_EXPORT_SIZE, eh.header_size, es))
+			goto bad_off;
+		for (int j = 0; j < 4; j++)
+			if (overlap(x, MD_CUDA_RING_EXPORT_SIZE, e_off[j], e_sz[j]))
+				goto bad_off;
+	}
 	for (int i = 0; i < 3; i++) {
 		if (!region_ok(d_off[i], d_sz[i], dh.header_size, ds))
 			goto bad_off;
@@ -371,6 +381,8 @@ static int format_hello(const struct md_client *c, char *buf, size_t len)
 		MD__APPEND(" budget_sequence_tokens=%" PRId64, c->budget_sequence_tokens);
 	if (c->weight > 0)
 		MD__APPEND(" weight=%g", c->weight);
+	if (c->stats_cuda)
+		MD__APPEND(" stats_transport=cuda");
 	MD__APPEND("\n");
 #undef MD__APPEND
 	return (int)o;

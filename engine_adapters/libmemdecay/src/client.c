@@ -105,7 +105,7 @@ static void pt_write(struct md_client *c, uint32_t slot)
 	md_store_release(&e->version, v + 2);
 }
 
-static void request_resync(struct md_client *c)
+void md__request_resync(struct md_client *c)
 {
 	if (!c->attached)
 		return;
@@ -122,6 +122,8 @@ static void request_resync(struct md_client *c)
  * the daemon re-checks the ring before it sleeps again. */
 static void notify_daemon(struct md_client *c)
 {
+	if (c->stats_cuda)
+		return; /* staged: md_gpu_* queues them and rings (gpu.c) */
 	md_fence_full();
 	if (!md_load_relaxed(&c->a.dctrl->sleeping))
 		return;
@@ -148,14 +150,26 @@ static void rec_publish(struct md_client *c, struct md_stats_rec *r)
 	notify_daemon(c);
 }
 
+/* Doorbell for a daemon that sleeps, after records were queued on the
+ * device ring (gpu.c): they arrive later, the daemon's drain waits for them. */
+void md__ring_daemon(struct md_client *c)
+{
+	md_fence_full();
+	if (md_load_relaxed(&c->a.dctrl->sleeping)) {
+		uint64_t one = 1;
+		ssize_t n = write(c->a.db_daemon_fd, &one, sizeof(one));
+		(void)n;
+	}
+}
+
 /* Lifecycle records are never lost: on a full ring the page table (already
  * written) is the truth and the daemon is asked to re-read it. */
-static void lifecycle_dropped(struct md_client *c)
+void md__lifecycle_dropped(struct md_client *c)
 {
 	struct md_engine_ctrl *ec = c->a.ectrl;
 	md_store_relaxed(&ec->lifecycle_dropped, md_load_relaxed(&ec->lifecycle_dropped) + 1);
 	c->ctr.lifecycle_dropped++;
-	request_resync(c);
+	md__request_resync(c);
 	/* The daemon may be asleep: wake it so the resync happens. */
 	md_fence_full();
 	if (md_load_relaxed(&c->a.dctrl->sleeping)) {
@@ -172,7 +186,7 @@ static struct md_stats_rec *lifecycle_rec(struct md_client *c, uint16_t type, ui
 {
 	struct md_stats_rec *r = rec_reserve(c);
 	if (!r) {
-		lifecycle_dropped(c);
+		md__lifecycle_dropped(c);
 		return NULL;
 	}
 	r->type = type;
@@ -214,7 +228,7 @@ static void seed_segment(struct md_client *c)
 	uint64_t now = md__now_ns();
 	md_store_relaxed(&c->a.ectrl->heartbeat_ns, now);
 	if (any)
-		request_resync(c);
+		md__request_resync(c);
 }
 
 static int do_attach(struct md_client *c)
@@ -228,6 +242,8 @@ static int do_attach(struct md_client *c)
 	c->last_sock_check_ns = c->attach_ns;
 	c->rang = 0;
 	memset(c->pending, 0, c->page_capacity);
+	if (c->stats_cuda && c->gpu_attached)
+		c->gpu_attached(c);
 	seed_segment(c);
 	c->last_error[0] = '\0';
 	struct md_params_view v;
@@ -244,6 +260,8 @@ MD__EXPORT void md_client_destroy(md_client *c)
 {
 	if (!c)
 		return;
+	if (c->gpu && c->gpu_client_gone)
+		c->gpu_client_gone(c->gpu);
 	detach(c);
 	free(c->socket_path);
 	free(c->engine_name);

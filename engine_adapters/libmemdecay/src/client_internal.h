@@ -73,7 +73,19 @@ struct md_client {
 	struct md_client_counters ctr;
 	uint64_t proto_errors;
 	char last_error[MD__ERRMSG_MAX];
+
+	/* GPU publisher (gpu.c).  client.c reaches it only through these hooks,
+	 * so a program that never calls md_gpu_* links no CUDA code. */
+	int stats_cuda;                   /* 1: HELLO stats_transport=cuda */
+	struct md_gpu *gpu;
+	void (*gpu_attached)(struct md_client *c); /* after each attach: stats → staging */
+	void (*gpu_client_gone)(struct md_gpu *g); /* md_client_destroy with a publisher */
 };
+
+/* client.c, for gpu.c */
+void md__request_resync(struct md_client *c);
+void md__lifecycle_dropped(struct md_client *c);
+void md__ring_daemon(struct md_client *c);
 
 /* attach.c */
 int md__attach(struct md_client *c, struct md__attach *out);
