@@ -143,6 +143,7 @@ static uint32_t resync_pass(struct md__daemon *d, struct md__engine *e, const ui
 			md__host_resync_seq_clock(d->host, e->id, s, clocks[s]);
 		}
 	}
+	md__host_resync_prune(d->host, e->id, e->resync_buf);
 	for (uint32_t k = 0; k < e->resync_n; k++) {
 		uint32_t slot = e->resync_order[k].slot;
 		const struct md_page_entry *pe = &e->resync_buf[slot];

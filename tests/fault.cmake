@@ -18,6 +18,16 @@ if(Python3_Interpreter_FOUND AND TARGET memdecayd AND TARGET memdecayctl
     set_tests_properties(fault_${t} PROPERTIES TIMEOUT 300 LABELS "fault;integration"
       SKIP_RETURN_CODE 77)
   endforeach()
+  # untrusted peers (tests/fault/peers.py): one entry per promise
+  foreach(s work resync_order lockout slow_reader group_scope save weight resync_rate
+      segment_cap log_flood)
+    add_test(NAME fault_peer_${s}
+      COMMAND ${Python3_EXECUTABLE} ${_fault_dir}/peers.py ${s} $<TARGET_FILE_DIR:memdecayd>)
+    set_tests_properties(fault_peer_${s} PROPERTIES TIMEOUT 300 LABELS "fault;integration"
+      SKIP_RETURN_CODE 77 RESOURCE_LOCK md_fault_cpu)
+  endforeach()
+  # resyncs of 4 Mi pages, several times over (slow under ASan)
+  set_tests_properties(fault_peer_resync_order PROPERTIES TIMEOUT 900)
   # the engine-crash scenario again with memdecayd and a libmemdecay engine
   # under valgrind memcheck (ASan builds cannot run under valgrind: no_asan)
   find_program(MD_VALGRIND valgrind)

@@ -72,7 +72,7 @@ struct opts {
 	const char *socket, *mode, *name, *replay, *attacks, *weight, *order;
 	uint64_t duration_ms, seed;
 	uint32_t capacity, seqs, conns, round_us, page_tokens, count;
-	int repeat;
+	int repeat, regen;
 } o = { .mode = "shm", .name = "hostile", .duration_ms = 3000, .seed = 1, .capacity = 64,
 	.seqs = 4, .conns = 1000, .round_us = 1000, .page_tokens = 16, .order = "asc",
 	.count = 1 };
@@ -783,7 +783,7 @@ static int mode_ctl(void)
 
 /* One sequence (0) of `capacity` full pages; slot k at position k (asc) or
  * capacity-1-k (desc) pages in; then a resync request. */
-static void fill_table(struct att *a, int desc)
+static void fill_table(struct att *a, int desc, uint32_t gen)
 {
 	uint32_t pt = o.page_tokens;
 	uint64_t labels = 0;
@@ -791,7 +791,7 @@ static void fill_table(struct att *a, int desc)
 		labels = md_label_set(labels, k, MD_REGION_USER);
 	for (uint32_t slot = 0; slot < o.capacity; slot++) {
 		uint64_t page = desc ? (uint64_t)(o.capacity - 1 - slot) : slot;
-		struct md_page_entry e = { .generation = 1, .seq = 0, .n_tokens = (uint16_t)pt,
+		struct md_page_entry e = { .generation = gen, .seq = 0, .n_tokens = (uint16_t)pt,
 					   .state = MD_PAGE_LIVE, .first_pos = page * pt,
 					   .labels = labels, .open_clock = page * pt };
 		pt_write(a, slot, &e);
@@ -810,7 +810,7 @@ static int mode_relabel(void)
 		printf("{\"mode\": \"relabel\", \"attached\": false, \"error\": \"%s\"}\n", err);
 		return 1;
 	}
-	fill_table(&a, 0);
+	fill_table(&a, 0, 1);
 	sleep_ms(500); /* the resync builds the sequence */
 	uint64_t end = now_ns() + o.duration_ms * 1000000ull, sent = 0;
 	int gone = 0;
@@ -851,7 +851,9 @@ static int mode_resync(void)
 		printf("{\"mode\": \"resync\", \"attached\": false, \"error\": \"%s\"}\n", err);
 		return 1;
 	}
-	fill_table(&a, !strcmp(o.order, "desc"));
+	int desc = !strcmp(o.order, "desc");
+	uint32_t gen = 1;
+	fill_table(&a, desc, gen);
 	uint64_t end = now_ns() + o.duration_ms * 1000000ull, requests = 1;
 	int gone = 0;
 	while (!g_stop && now_ns() < end) {
@@ -860,7 +862,11 @@ static int mode_resync(void)
 			gone = 1;
 			break;
 		}
-		if (o.repeat) {
+		if (o.repeat && o.regen) {
+			/* every page replaced by a new generation: nothing is kept */
+			fill_table(&a, desc, ++gen);
+			requests++;
+		} else if (o.repeat) {
 			md_store_release(&a.ectrl->resync_request,
 					 md_load_relaxed(&a.ectrl->resync_request) + 1);
 			requests++;
@@ -1045,6 +1051,7 @@ static void usage(FILE *f)
 		"  --weight W         weight=W in HELLO\n"
 		"  --order asc|desc   resync mode: positions ascending or descending with the slot\n"
 		"  --repeat           resync mode: request a resync every --round-us\n"
+		"  --regen            resync mode, with --repeat: a new generation of every page each time\n"
 		"  --count N          idle mode: engines to attach (default 1)\n");
 }
 
@@ -1056,7 +1063,7 @@ int main(int argc, char **argv)
 		{ "seqs", 1, 0, 'q' }, { "round-us", 1, 0, 'u' }, { "conns", 1, 0, 'k' },
 		{ "replay", 1, 0, 'p' }, { "attacks", 1, 0, 'a' }, { "help", 0, 0, 'h' },
 		{ "page-tokens", 1, 0, 't' }, { "weight", 1, 0, 'w' }, { "order", 1, 0, 'o' },
-		{ "repeat", 0, 0, 'R' }, { "count", 1, 0, 'C' },
+		{ "repeat", 0, 0, 'R' }, { "count", 1, 0, 'C' }, { "regen", 0, 0, 'G' },
 		{ 0, 0, 0, 0 },
 	};
 	int ch;
@@ -1064,7 +1071,7 @@ int main(int argc, char **argv)
 		char *e = NULL;
 		unsigned long long v = 0;
 		if (ch != 's' && ch != 'm' && ch != 'n' && ch != 'p' && ch != 'a' && ch != 'h' &&
-		    ch != 'w' && ch != 'o' && ch != 'R' && ch != '?') {
+		    ch != 'w' && ch != 'o' && ch != 'R' && ch != 'G' && ch != '?') {
 			errno = 0;
 			v = strtoull(optarg, &e, 10);
 			if (errno || !*optarg || *e || optarg[0] == '-') {
@@ -1088,6 +1095,7 @@ int main(int argc, char **argv)
 		case 'w': o.weight = optarg; break;
 		case 'o': o.order = optarg; break;
 		case 'R': o.repeat = 1; break;
+		case 'G': o.regen = 1; break;
 		case 'C': o.count = (uint32_t)v; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

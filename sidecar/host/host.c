@@ -508,6 +508,44 @@ void md__host_resync_begin(struct md__host *h, uint32_t engine_id)
 		e->pages[i].flags &= (uint8_t)~MD__PF_SEEN;
 }
 
+/* The pages md__host_resync_page would not keep as they are (not live in the
+ * table, invalid there, or another page now), dropped per sequence in one
+ * pass each, so that neither the reopening nor resync_end removes them one
+ * by one from the middle of a sequence's order. */
+void md__host_resync_prune(struct md__host *h, uint32_t engine_id,
+			   const struct md_page_entry *table)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e || !e->in_resync)
+		return;
+	uint8_t *drop = calloc(e->page_capacity, 1);
+	if (!drop)
+		return; /* correct without it, only slower */
+	uint32_t *marked = calloc(e->max_seqs, sizeof(*marked));
+	if (!marked) {
+		free(drop);
+		return;
+	}
+	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
+		const struct md__page *pg = &e->pages[slot];
+		if (pg->state != MD__SLOT_LIVE)
+			continue;
+		const struct md_page_entry *pe = &table[slot];
+		int same = pe->state == MD_PAGE_LIVE && pe->seq < e->max_seqs && pe->n_tokens >= 1 &&
+			   pe->n_tokens <= e->page_tokens && pg->gen == pe->generation &&
+			   pg->seq == pe->seq && pg->first_pos == pe->first_pos;
+		if (!same) {
+			drop[slot] = 1;
+			marked[pg->seq]++;
+		}
+	}
+	for (uint32_t q = 0; q < e->max_seqs; q++)
+		if (marked[q])
+			md__seq_drop_marked(h, e, q, drop);
+	free(marked);
+	free(drop);
+}
+
 int md__host_resync_seq_clock(struct md__host *h, uint32_t engine_id, uint32_t seq,
 			      uint64_t clock)
 {

@@ -81,6 +81,11 @@ int md__host_resync_seq_clock(struct md__host *h, uint32_t engine_id, uint32_t s
 			      uint64_t clock);
 int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 			 const struct md_page_entry *e);
+/* Optional, between _begin and the first _page: given the whole snapshot
+ * (page_capacity entries), drops at once every page _page would replace or
+ * _end would drop, which keeps a resync O(n log n) in any table layout. */
+void md__host_resync_prune(struct md__host *h, uint32_t engine_id,
+			   const struct md_page_entry *table);
 void md__host_resync_end(struct md__host *h, uint32_t engine_id);
 
 /* One eviction the transport must send. */

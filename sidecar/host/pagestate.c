@@ -316,6 +316,49 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 	e->hpos[slot] = MD__NO_HEAP;
 }
 
+/* Drops, in one pass over the sequence's order, every page for which
+ * drop[slot] is set: counters and heaps as md__page_remove, then the order is
+ * compacted and protection re-applied by rank.  Removing pages one by one
+ * from the middle of the order costs a memmove each (quadratic for a whole
+ * table); a resync prunes with this instead (docs/reliability.md). */
+void md__seq_drop_marked(struct md__host *h, struct md__engine *e, uint32_t seq,
+			 const uint8_t *drop)
+{
+	struct md__seq *s = &e->seqs[seq];
+	uint32_t n = s->n_pages, w = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t slot = s->pages[i].slot;
+		if (!drop[slot]) {
+			s->pages[w++] = s->pages[i];
+			continue;
+		}
+		struct md__page *pg = &e->pages[slot];
+		if (e->hpos[slot] != MD__NO_HEAP)
+			md__heap_remove(e, s, slot);
+		s->tokens_live -= pg->n_tokens;
+		e->tokens_live -= pg->n_tokens;
+		e->pages_live--;
+		pg->state = MD__SLOT_FREE;
+		pg->flags = 0;
+		e->hpos[slot] = MD__NO_HEAP;
+	}
+	if (w == n)
+		return;
+	s->n_pages = w;
+	if (w)
+		s->tail_slot = s->pages[w - 1].slot;
+	else
+		e->seqs_live--;
+	md__ob_note(e, seq);
+	for (uint32_t i = 0; i < w; i++) {
+		uint32_t rank = w - 1 - i;
+		int want = rank < s->k_protect;
+		int has = (e->pages[s->pages[i].slot].flags & MD__PF_PROT) != 0;
+		if (want != has)
+			set_prot(h, e, s->pages[i].slot, want);
+	}
+}
+
 void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 {
 	/* evicting pages are not in the order: scan the slots once */
