@@ -30,4 +30,8 @@ if(TARGET memdecay-gpu-e2e AND TARGET memdecayd AND TARGET memdecayctl)
            --ctl $<TARGET_FILE:memdecayctl>)
   set_tests_properties(gpu_ipc_e2e PROPERTIES LABELS "gpu;cuda" TIMEOUT 120
                        SKIP_RETURN_CODE 77)
+  # Its harness and host-ring baseline, which need no device.
+  add_test(NAME gpu_ipc_e2e_baseline COMMAND memdecay-gpu-e2e --daemon $<TARGET_FILE:memdecayd>
+           --ctl $<TARGET_FILE:memdecayctl> --host-only)
+  set_tests_properties(gpu_ipc_e2e_baseline PROPERTIES LABELS "gpu" TIMEOUT 120)
 endif()
