@@ -88,7 +88,7 @@ basic)
 	;;
 
 ctl_errors)
-	start_daemon
+	start_daemon --save-dir "$D"
 	out=$(ctl get memdecay.bogus 2>&1); rc=$?
 	[ $rc = 1 ] && grep -q "memdecay.bogus" <<<"$out" || fail "unknown key: rc=$rc '$out'"
 	out=$(ctl set memdecay.alpha=abc 2>&1); rc=$?
@@ -119,6 +119,7 @@ ctl_errors)
 	[ "$(ctl get budget.engine_pages)" = 100 ] || fail "budget did not set budget.engine_pages"
 	ctl save "$D/saved.conf" >/dev/null || fail "save"
 	grep -q "memdecay.alpha" "$D/saved.conf" || fail "saved config lacks memdecay.alpha"
+	out=$(ctl save "$D/../outside.conf" 2>&1); [ $? = 1 ] || fail "save outside --save-dir accepted"
 	ctl metrics | grep -q "^memdecay_engines_attached 0" || fail "metrics"
 	out=$(ctl save 2>&1); [ $? = 1 ] || fail "save without --config or FILE accepted"
 	;;
