@@ -230,7 +230,7 @@ START_TEST(test_get_foreach)
 	md__params_set(&P, "region.8.name", "code", err, sizeof err);
 	memset(&v, 0, sizeof v);
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 9 * 3 + 15 + 1);
+	ck_assert_int_eq(v.n, 9 * 3 + 19 + 1);
 	ck_assert_int_eq(v.saw_code, 1);
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_NORM), "memdecay-norm");
 	ck_assert_int_eq(md__policy_from_name("recency"), MD_POLICY_RECENCY);
