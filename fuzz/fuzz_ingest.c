@@ -52,6 +52,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!in_resync) {
 				md__host_resync_begin(h, 7);
 				in_resync = 1;
+				if (op & 0x10) {
+					/* a whole table from this entry: slots step its position,
+					 * some keep and some change the generation */
+					struct md_page_entry t[CAP];
+					for (uint32_t i = 0; i < CAP; i++) {
+						t[i] = e;
+						t[i].first_pos = e.first_pos + (uint64_t)i * e.n_tokens;
+						if ((op >> 5) & (i & 7))
+							t[i].generation ^= 1;
+					}
+					md__host_resync_prune(h, 7, t);
+				}
 			}
 			md__host_resync_seq_clock(h, 7, e.seq % (SEQS + 1), e.open_clock);
 			md__host_resync_page(h, 7, rec.slot % (CAP + 2), &e);
