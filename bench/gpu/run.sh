@@ -159,7 +159,7 @@ declare -A RC
 for s in "${STEPS[@]}"; do
   IFS="$US" read -r name cmd tmo <<<"$s"
   say "$name: $cmd"
-  (cd "$BUILD" 2>/dev/null || cd "$WORK"; eval "timeout $tmo $cmd") >"$LOG/$name.txt" 2>&1
+  (cd "$BUILD" 2>/dev/null || cd "$WORK"; eval "timeout $tmo env $cmd") >"$LOG/$name.txt" 2>&1
   RC[$name]=$?
   [ "${RC[$name]}" -ne 0 ] && STATUS=1
   tail -25 "$LOG/$name.txt" >&2
@@ -201,7 +201,9 @@ GOAL_LINE="$(grep -E '^RESULT kernel=page_mass shape=kv32768_h32_q1 ' "$LOG/gpu_
 GOAL_FRAC="$(sed -n 's/.* frac_of_floor=\([^ ]*\).*/\1/p' <<<"$GOAL_LINE")"
 GOAL_MET=null
 [ -n "$GOAL_FRAC" ] && GOAL_MET="$(awk -v f="$GOAL_FRAC" 'BEGIN { print (f >= 0.8) ? "true" : "false" }')"
-HOST_RING="$(sed -n '/"transports"/,/]/p' "$LOG/host_ring.txt" 2>/dev/null | grep '"name": "ring_spin"' | head -1 | sed 's/^ *//; s/,$//')"
+# memdecay-bench-ipc's ring_spin object, which spans several lines
+HOST_RING="$(awk '/"name": "ring_spin"/ { on = 1 } on { sub(/^ +/, ""); printf "%s ", $0 }
+  on && /}[ ,]*$/ { exit }' "$LOG/host_ring.txt" 2>/dev/null | sed 's/[ ,]*$//')"
 echo "{"
 echo "  \"date_utc\": \"$(date -u +%Y-%m-%dT%H:%MZ)\","
 echo "  \"gpu\": \"$GPU_NAME\","
