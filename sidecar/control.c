@@ -706,6 +706,15 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	return 0;
 }
 
+int md__control_metrics(struct md__daemon *d, struct md__sbuf *b)
+{
+	const struct md__conn *saved = cur_conn;
+	cur_conn = NULL; /* no peer: every engine is visible */
+	int rc = cmd_metrics(d, b);
+	cur_conn = saved;
+	return rc;
+}
+
 static void save_line(const char *key, const char *value, void *ud)
 {
 	fprintf((FILE *)ud, "%s = %s\n", key, value);

@@ -41,11 +41,13 @@ if(TARGET md_host)
     ${CMAKE_CURRENT_SOURCE_DIR}/log.c
     ${CMAKE_CURRENT_SOURCE_DIR}/sbuf.c
     ${CMAKE_CURRENT_SOURCE_DIR}/calib_daemon.c
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda_transport.c)
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda_transport.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/notify.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/metrics_http.c)
   # md_kernels_gpu: the CUDA IPC ring reader, or its stub without MEMDECAY_CUDA.
   target_link_libraries(memdecayd PRIVATE md_host md_loop md_ctl_parse md_calib md_kernels_gpu
     memdecay_abi
-    PkgConfig::URING Threads::Threads m)
+    PkgConfig::URING PkgConfig::MICROHTTPD Threads::Threads m)
   target_compile_definitions(memdecayd PRIVATE _GNU_SOURCE)
   install(TARGETS memdecayd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 else()

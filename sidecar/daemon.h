@@ -176,6 +176,9 @@ struct md__daemon {
 	/* wall time of each md__host_decide call that returned evictions */
 	struct md_lathist decide_lat;
 	uint64_t last_decide_ns;
+	/* decision to command-ring write, per command (ring-full waits included) */
+	struct md_lathist cmd_lat;
+	int socket_inherited;         /* socket activation: the manager owns the socket file */
 };
 
 /* attach.c */
@@ -203,6 +206,8 @@ int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
 void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line,
 		      struct md__sbuf *reply);
 int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p);
+/* The `metrics` body as an operator sees it (every engine); for metrics_http.c. */
+int md__control_metrics(struct md__daemon *d, struct md__sbuf *b);
 
 /* server.c */
 /* 1 if uid (with primary gid) is a member of group (primary or supplementary). */

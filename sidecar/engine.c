@@ -74,6 +74,7 @@ static int pending_push(struct md__engine *e, const struct md__decision *dec, ui
 static size_t flush_commands(struct md__engine *e)
 {
 	size_t sent = 0;
+	uint64_t now = e->pending_len ? md__now_ns() : 0;
 	while (e->pending_len) {
 		struct md_cmd *cmd = md_ring_reserve(&e->cmds);
 		if (!cmd) {
@@ -90,6 +91,7 @@ static size_t flush_commands(struct md__engine *e)
 		cmd->resv0 = 0;
 		cmd->decided_ns = pc->decided_ns; /* when it was decided, not sent */
 		md_ring_publish(&e->cmds, cmd);
+		md_lathist_record(&e->d->cmd_lat, now > pc->decided_ns ? now - pc->decided_ns : 0);
 		e->pending_head = (e->pending_head + 1) % e->pending_cap;
 		e->pending_len--;
 		e->cmds_sent++;

@@ -16,6 +16,8 @@
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics_http.h"
+#include "notify.h"
 #include "server.h"
 
 #define MEMDECAYD_VERSION "0.1.0"
@@ -38,6 +40,13 @@ static void usage(FILE *f)
 		"  --journal FILE       record a stats journal for offline calibration (truncates FILE)\n"
 		"  --journal-max-bytes N  stop recording at N bytes (default 1 GiB)\n"
 		"  --calib-grace-steps N  steps without refresh that end a token's attention (default 32)\n"
+		"  --metrics-listen ADDR:PORT  serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+		"                       (off by default; ADDR loopback: 127.0.0.1, [::1], localhost;\n"
+		"                       PORT 0 picks a free port, logged)\n"
+		"  --metrics-allow-remote  let --metrics-listen use a non-loopback address\n"
+		"\nUnder systemd (Type=notify) it sends READY=1 once the socket listens and\n"
+		"WATCHDOG=1 from the event loop when WatchdogSec= is set; a listening socket\n"
+		"passed by socket activation (LISTEN_FDS) replaces --socket.\n"
 		"  --help               this text\n"
 		"  --version            print the version and ABI\n\n"
 		"exit status: 0 clean stop, 1 runtime error (socket busy, bad config ...), 2 usage error\n");
@@ -59,17 +68,20 @@ int main(int argc, char **argv)
 		{ "calib-grace-steps", required_argument, NULL, 'G' },
 		{ "operator-group", required_argument, NULL, 'O' },
 		{ "save-dir", required_argument, NULL, 'D' },
+		{ "metrics-listen", required_argument, NULL, 'm' },
+		{ "metrics-allow-remote", no_argument, NULL, 'R' },
 		{ 0 },
 	};
 	static struct md__daemon daemon_state;
 	struct md__daemon *d = &daemon_state;
 	d->listen_fd = d->signal_fd = -1;
 	const char *socket_arg = NULL, *group_arg = NULL, *journal_arg = NULL;
-	const char *op_group_arg = NULL;
+	const char *op_group_arg = NULL, *metrics_arg = NULL;
+	int metrics_remote = 0;
 	uint64_t journal_max = MD__JOURNAL_MAX_DEFAULT, grace = MD__CALIB_GRACE_DEFAULT;
 	enum md__loop_backend backend = MD__LOOP_AUTO;
 	int foreground = 0, c;
-	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hVJ:M:G:O:D:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:e:g:fl:hVJ:M:G:O:D:m:R", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket_arg = optarg; break;
 		case 'c':
@@ -101,6 +113,8 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'f': foreground = 1; break;
+		case 'm': metrics_arg = optarg; break;
+		case 'R': metrics_remote = 1; break;
 		case 'l':
 			if ((md__log_threshold = md__log_level_from_name(optarg)) < 0) {
 				fprintf(stderr, "memdecayd: --log-level '%s': want error, warn, info or debug\n",
@@ -176,8 +190,18 @@ int main(int argc, char **argv)
 		d->have_op_group = 1;
 	}
 
-	md__params_defaults(&d->params);
 	char err[512];
+	struct sockaddr_storage metrics_ss;
+	socklen_t metrics_sslen = 0;
+	if (metrics_arg && md__metrics_parse_listen(metrics_arg, metrics_remote, &metrics_ss,
+						    &metrics_sslen, err, sizeof(err)) < 0) {
+		fprintf(stderr, "memdecayd: %s\n", err);
+		return 2;
+	}
+	if (md__notify_init(err, sizeof(err)) < 0)
+		md__warn("service manager notifications off: %s", err);
+
+	md__params_defaults(&d->params);
 	if (d->have_config && md__params_load_file(&d->params, d->config_path, err, sizeof(err)) < 0) {
 		md__err("config not loaded: %s", err);
 		return 1;
@@ -206,26 +230,62 @@ int main(int argc, char **argv)
 		md__err("cannot create the policy host: out of memory");
 		return 1;
 	}
-	if (md__server_listen(d, err, sizeof(err)) < 0) {
+	char passed[sizeof(d->socket_path)];
+	int lfd = md__listen_fd_take(passed, sizeof(passed), err, sizeof(err));
+	if (lfd == -2) {
+		md__err("socket activation: %s", err);
+		return 1;
+	}
+	if (lfd >= 0) {
+		/* the manager created, owns and removes the socket file */
+		if (socket_arg && strcmp(socket_arg, passed))
+			md__warn("--socket %s ignored: serving the socket passed by the service "
+				 "manager, %s", socket_arg, passed);
+		memcpy(d->socket_path, passed, sizeof(d->socket_path));
+		d->listen_fd = lfd;
+		d->socket_inherited = 1;
+	} else if (md__server_listen(d, err, sizeof(err)) < 0) {
 		md__err("%s", err);
 		return 1;
 	}
 	if (md__server_start(d, err, sizeof(err)) < 0) {
 		md__err("%s", err);
-		unlink(d->socket_path);
+		if (!d->socket_inherited)
+			unlink(d->socket_path);
 		return 1;
 	}
 	if (!foreground) {
 		if (daemon(0, 1) < 0) {
 			md__err("cannot detach: %s (use --foreground)", strerror(errno));
-			unlink(d->socket_path);
+			if (!d->socket_inherited)
+				unlink(d->socket_path);
 			return 1;
 		}
+	}
+	/* After md__server_start (its signal mask is inherited, so SIGTERM stays
+	 * with the signalfd) and after daemon() (a fork keeps no threads). */
+	struct md__metrics_http *metrics = NULL;
+	if (metrics_arg) {
+		char bound[96];
+		metrics = md__metrics_http_start(d, &metrics_ss, metrics_sslen, bound, sizeof(bound),
+						 err, sizeof(err));
+		if (!metrics) {
+			md__err("%s", err);
+			md__server_shutdown(d);
+			return 1;
+		}
+		md__info("metrics on http://%s/metrics", bound);
 	}
 	md__info("memdecayd %s listening on %s (instance %llu, %s loop, policy %s, pid %d)",
 		 MEMDECAYD_VERSION, d->socket_path, (unsigned long long)d->instance_id,
 		 md__loop_backend_name(d->loop), md__policy_name(d->params.policy), (int)getpid());
+	char ready[160];
+	snprintf(ready, sizeof(ready), "READY=1\nMAINPID=%d\nSTATUS=listening on %s", (int)getpid(),
+		 d->socket_path);
+	md__notify_send(ready);
 	md__server_run(d);
+	md__notify_send("STOPPING=1");
+	md__metrics_http_stop(metrics);
 	md__server_shutdown(d);
 	md__calib_daemon_free(d);
 	md__host_free(d->host);

@@ -32,6 +32,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "notify.h"
 #include "server.h"
 
 static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
@@ -434,6 +435,7 @@ static void tick_cb(struct md__loop *l, void *ud)
 {
 	struct md__daemon *d = ud;
 	uint64_t now = md__now_ns();
+	md__notify_watchdog(now); /* from the loop: a wedged loop starves the watchdog */
 	md__engines_tick(d, now);
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
@@ -687,7 +689,8 @@ void md__server_shutdown(struct md__daemon *d)
 		md__loop_unwatch(d->loop, d->listen_w);
 		close(d->listen_fd);
 		d->listen_fd = -1;
-		unlink(d->socket_path);
+		if (!d->socket_inherited)
+			unlink(d->socket_path);
 	}
 	if (d->signal_fd >= 0) {
 		md__loop_unwatch(d->loop, d->signal_w);
