@@ -4,7 +4,8 @@
 set -eu
 
 PKGS="build-essential cmake pkg-config git liburing-dev check libsubunit-dev \
-libzmq3-dev clang libclang-rt-14-dev python3 python3-venv python3-pip"
+libzmq3-dev clang libclang-rt-14-dev python3 python3-venv python3-pip \
+libmicrohttpd-dev prometheus systemd groff man-db strace"
 
 missing=""
 for p in $PKGS; do
