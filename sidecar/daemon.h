@@ -29,6 +29,7 @@
 #define MD__CONN_OUT_CAP (1u << 20)   /* queued reply bytes past which requests wait (docs/reliability.md) */
 #define MD__CONN_OUT_STALL_NS (5ull * 1000000000ull) /* queued output that moves for none of this: closed */
 #define MD__INGEST_BUDGET_NS 2000000ull /* ingest time per engine per iteration */
+#define MD__RELABEL_PIECE 1024u      /* pages per piece of a RELABEL between clock reads */
 #define MD__RESYNC_GAP_FACTOR 8u     /* a resync waits 8x the last one's duration after it ended */
 #define MD__RESYNC_GAP_MAX_NS 1000000000ull
 #define MD__LOG_BURST 5u             /* warnings per source per second before they are counted only */
@@ -121,6 +122,10 @@ struct md__engine {
 	uint64_t resync_not_before_ns;     /* rate limit: next resync allowed from here */
 	uint64_t resync_last_ns, resync_ns_total, resyncs_deferred;
 	uint64_t ingest_budget_cut;        /* iterations whose ingest stopped at its time budget */
+	/* a RELABEL being applied in pieces across iterations (engine.c) */
+	struct md_stats_rec relabel_rec;
+	uint64_t relabel_cursor;
+	int relabel_pending, relabel_touched;
 	struct md__ratelimit warn_rl;
 	uint64_t attach_ns;
 	uint64_t violation_grace;

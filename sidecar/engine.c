@@ -190,6 +190,7 @@ static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
 	if (avail > 0)
 		md_ring_skip_to(&e->stats, e->stats.next + (uint64_t)avail);
 	md__engine_drop_pending(e);
+	e->relabel_pending = 0; /* the table holds its labels, applied or not */
 	if (!e->resync_buf) {
 		e->resync_buf = calloc(e->page_capacity, sizeof(*e->resync_buf));
 		e->resync_clocks = calloc(e->max_seqs, sizeof(*e->resync_clocks));
@@ -288,9 +289,41 @@ __attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct m
 	return 0;
 }
 
-/* Ingests up to one batch.  Returns records consumed, or -1 if detached. */
+/* Applies e->relabel_rec in pieces until done or the batch's time budget
+ * (from t0) is spent.  Returns 1 if it is still pending, 0 if done, -1 if the
+ * engine was detached. */
+static int relabel_continue(struct md__daemon *d, struct md__engine *e, uint64_t t0)
+{
+	for (;;) {
+		int rc = md__host_relabel_step(d->host, e->id, &e->relabel_rec, &e->relabel_cursor,
+					       MD__RELABEL_PIECE, &e->relabel_touched);
+		if (rc != 1) {
+			e->relabel_pending = 0;
+			e->records++;
+			return ingest_result(d, e, &e->relabel_rec, rc) < 0 ? -1 : 0;
+		}
+		if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+			e->relabel_pending = 1;
+			return 1;
+		}
+	}
+}
+
+/* Ingests up to one batch.  Returns records consumed (1 while a RELABEL is
+ * still being applied), or -1 if detached. */
 static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 {
+	uint64_t t0 = md__now_ns();
+	if (e->relabel_pending) {
+		/* the engine's later records wait for the rest of this one */
+		int rc = relabel_continue(d, e, t0);
+		if (rc < 0)
+			return -1;
+		if (rc) {
+			e->ingest_budget_cut++;
+			return 1;
+		}
+	}
 	int64_t avail = md_ring_available(&e->stats);
 	if (avail < 0) {
 		e->bad_tail++;
@@ -312,10 +345,10 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	size_t nrec = 0;
 	/* Bounded in time, not only in count: a valid record can cost far more
 	 * than another (a RELABEL over a long sequence re-indexes every page it
-	 * spans), so the batch also ends once MD__INGEST_BUDGET_NS are spent; a
-	 * RELABEL ends its chunk so the clock is read right after it.  What is
-	 * left stays in the ring for the next iteration. */
-	uint64_t t0 = md__now_ns();
+	 * spans), so the batch also ends once MD__INGEST_BUDGET_NS are spent, and
+	 * a RELABEL is applied in pieces of MD__RELABEL_PIECE pages with the
+	 * clock read between them (continued next iteration if need be).  What
+	 * is left stays in the ring for the next iteration. */
 	int64_t i;
 	for (i = 0; i < avail; i++) {
 		if (md_ring_copy_next(&e->stats, &recs[nrec]) != MD_RING_OK) {
@@ -327,7 +360,31 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 				return -1;
 			continue;
 		}
-		if (++nrec == MD__HOST_CHUNK || recs[nrec - 1].type == MD_REC_RELABEL) {
+		if (recs[nrec].type == MD_REC_RELABEL) {
+			/* the records before it first, so side effects keep ring order */
+			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
+				return -1;
+			e->relabel_rec = recs[nrec];
+			nrec = 0;
+			e->relabel_cursor = e->relabel_rec.u.relabel.pos0;
+			e->relabel_touched = 0;
+			int rc = relabel_continue(d, e, t0);
+			if (rc < 0)
+				return -1;
+			if (rc) {
+				i++;
+				e->ingest_budget_cut++;
+				break;
+			}
+			if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+				i++;
+				if (i < avail)
+					e->ingest_budget_cut++;
+				break;
+			}
+			continue;
+		}
+		if (++nrec == MD__HOST_CHUNK) {
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
@@ -343,7 +400,7 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 		return -1;
 	if (i)
 		md_ring_release(&e->stats);
-	return i;
+	return i ? i : e->relabel_pending;
 }
 
 int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index)
@@ -472,7 +529,7 @@ int md__engines_any_work(struct md__daemon *d)
 				continue; /* deferred: the tick retries it */
 			return 1;
 		}
-		if (md_ring_available(&e->stats) > 0)
+		if (e->relabel_pending || md_ring_available(&e->stats) > 0)
 			return 1;
 	}
 	return d->dirty;

@@ -321,6 +321,23 @@ int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stat
 	return rc;
 }
 
+int md__host_relabel_step(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec,
+			  uint64_t *cursor, uint32_t max_pages, int *touched)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -MD__REJ_STATE;
+	if (rec->type != MD_REC_RELABEL)
+		return -MD__REJ_TYPE;
+	int rc = md__relabel_step(h, e, rec, cursor, max_pages, touched);
+	if (rc == 1)
+		return 1;
+	e->records++;
+	if (rc < 0 && -rc < MD__REJ_COUNT)
+		e->rejected[-rc]++;
+	return rc;
+}
+
 /* warm the lines an attention record will touch: its page, and its refresh
  * clocks when it refreshes tokens (the heap is rarely touched: key_hint) */
 static inline void prefetch_rec(const struct md__engine *e, const struct md_stats_rec *r)

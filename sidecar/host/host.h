@@ -64,6 +64,15 @@ int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
 /* One record, already copied out of shared memory.  Returns 0 or -reason. */
 int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec);
 
+/* A RELABEL applied in pieces of at most max_pages pages each, so that the
+ * caller can bound the time one record takes (docs/reliability.md, promise 8).
+ * Start with *cursor = rec->u.relabel.pos0 and *touched = 0; call again while
+ * it returns 1 (the engine's later records must wait).  Then it returns 0 or
+ * -reason, counted exactly as md__host_ingest counts the whole record, and the
+ * state is what md__host_ingest would have made of it. */
+int md__host_relabel_step(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec,
+			  uint64_t *cursor, uint32_t max_pages, int *touched);
+
 /* A batch of one engine's records (e.g. a drained ring span), in order, each
  * checked and counted exactly as by md__host_ingest; prefetches ahead, so it is
  * the fast path at large page counts.  rcs (may be NULL) gets each result.

@@ -136,6 +136,8 @@ void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t sl
 void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot);
 int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens);
 void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq);
+int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		     uint64_t *cursor, uint32_t max_pages, int *touched);
 void md__seq_drop_marked(struct md__host *h, struct md__engine *e, uint32_t seq,
 			 const uint8_t *drop);
 /* (re)computes a page's flags, static bound and heap membership */

@@ -509,22 +509,37 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	return 0;
 }
 
-static int relabel(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+static int relabel_check(const struct md__host *h, const struct md__engine *e,
+			 const struct md_stats_rec *r)
 {
 	if (r->seq >= e->max_seqs)
 		return -MD__REJ_SEQ;
-	uint64_t p0 = r->u.relabel.pos0, p1 = r->u.relabel.pos1;
-	if (p0 >= p1)
+	if (r->u.relabel.pos0 >= r->u.relabel.pos1)
 		return -MD__REJ_SPAN;
 	if (r->u.relabel.region >= MD_REGIONS_MAX || !region_known(&h->params, r->u.relabel.region))
 		return -MD__REJ_REGION;
+	return 0;
+}
+
+/* Relabels the pages of [*from, pos1), visiting at most max_pages of them.
+ * Returns 1 if a page was touched (| 2 if pages remain: *from is then the
+ * first position left), 0 if none was. */
+static int relabel_range(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+			 uint64_t *from, uint32_t max_pages)
+{
 	struct md__seq *s = &e->seqs[r->seq];
+	uint64_t p0 = *from, p1 = r->u.relabel.pos1;
 	/* the page before lower_bound(p0) may reach into the span */
 	uint32_t i = seq_lower_bound(s, p0);
 	if (i > 0)
 		i--;
 	int touched = 0;
+	uint32_t visited = 0;
 	for (; i < s->n_pages && s->pages[i].first_pos < p1; i++) {
+		if (visited++ == max_pages) {
+			*from = s->pages[i].first_pos; /* pages never overlap: resumes here */
+			return touched | 2;
+		}
 		uint32_t slot = s->pages[i].slot;
 		struct md__page *pg = &e->pages[slot];
 		uint64_t a = pg->first_pos, b = pg->first_pos + pg->n_tokens;
@@ -536,7 +551,33 @@ static int relabel(struct md__host *h, struct md__engine *e, const struct md_sta
 		touched = 1;
 		md__page_reindex(h, e, slot);
 	}
-	return touched ? 0 : -MD__REJ_SPAN;
+	*from = p1;
+	return touched;
+}
+
+static int relabel(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	int rc = relabel_check(h, e, r);
+	if (rc)
+		return rc;
+	uint64_t from = r->u.relabel.pos0;
+	return relabel_range(h, e, r, &from, UINT32_MAX) ? 0 : -MD__REJ_SPAN;
+}
+
+int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		     uint64_t *cursor, uint32_t max_pages, int *touched)
+{
+	if (*cursor == r->u.relabel.pos0 && !*touched) {
+		int rc = relabel_check(h, e, r);
+		if (rc)
+			return rc;
+	}
+	int t = relabel_range(h, e, r, cursor, max_pages);
+	if (t & 1)
+		*touched = 1;
+	if (t & 2)
+		return 1;
+	return *touched ? 0 : -MD__REJ_SPAN;
 }
 
 int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
