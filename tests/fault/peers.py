@@ -232,11 +232,11 @@ def s_resync_order(env):
         rd = resync_time(env, n, "desc", True)
         print("[peer_resync_order] %d pages: first resync ascending %.1f ms, descending %.1f ms "
               "(%.2fx); every page replaced: ascending %.1f ms, descending %.1f ms (%.2fx; "
-              "limit 2x, and 4x the first ascending)" %
+              "limit 2x, and 8x the first ascending)" %
               (n, 1e3 * fa, 1e3 * fd, fd / fa, 1e3 * ra, 1e3 * rd, rd / fa))
         for what, t in (("first resync, descending", fd), ("replaced, ascending", ra),
                         ("replaced, descending", rd)):
-            lim = (4 if what.startswith("replaced") else 2) * fa + 0.005
+            lim = (8 if what.startswith("replaced") else 2) * fa + 0.005
             if t > lim:
                 raise Fail("%d pages, %s: %.1f ms vs %.1f ms first ascending (limit %.1f ms)" %
                            (n, what, 1e3 * t, 1e3 * fa, 1e3 * lim))
