@@ -97,6 +97,8 @@ else
 fi
 
 # -- what runs ---------------------------------------------------------------------
+# The timeouts add up to 510 s, so that a run on a lent device (at most 10
+# minutes a command) ends in time with the build carried over.
 # name, command (run from the build dir), timeout in s, separated by US (0x1f:
 # commands contain '|').  Steps whose programs the direct build lacks are not
 # listed; their status reads "not built".
@@ -104,14 +106,14 @@ US=$'\x1f'
 step() { STEPS+=("$1$US$2$US$3"); }
 STEPS=()
 if [ "$CMAKE_BUILD" = 1 ]; then
-  step kernel_tests "MEMDECAY_EXPECT_GPU=1 ctest -L 'kernels|gpu' -E '^gpu_ipc_e2e\$' --output-on-failure -j1" 600
+  step kernel_tests "MEMDECAY_EXPECT_GPU=1 ctest -L 'kernels|gpu' -E '^gpu_ipc_e2e\$' --output-on-failure -j4" 150
 fi
-step gpu_check "$BIN/memdecay-gpu-check $QUICK" 600
-step ring_roundtrip "$BIN/memdecay-ring-roundtrip" 300
+step gpu_check "$BIN/memdecay-gpu-check $QUICK" 150
+step ring_roundtrip "$BIN/memdecay-ring-roundtrip" 60
 if [ "$CMAKE_BUILD" = 1 ]; then
-  step host_ring "$BIN/memdecay-bench-ipc --json --quick --only ring_spin" 120
-  step e2e "MEMDECAY_EXPECT_GPU=1 $BIN/memdecay-gpu-e2e --daemon $BIN/memdecayd --ctl $BIN/memdecayctl" 120
-  step ingest "MEMDECAY_EXPECT_GPU=1 $BIN/memdecay-gpu-e2e --daemon $BIN/memdecayd --ctl $BIN/memdecayctl --ingest $INGEST_RECORDS" 300
+  step host_ring "$BIN/memdecay-bench-ipc --json --quick --only ring_spin" 45
+  step e2e "MEMDECAY_EXPECT_GPU=1 $BIN/memdecay-gpu-e2e --daemon $BIN/memdecayd --ctl $BIN/memdecayctl" 45
+  step ingest "MEMDECAY_EXPECT_GPU=1 $BIN/memdecay-gpu-e2e --daemon $BIN/memdecayd --ctl $BIN/memdecayctl --ingest $INGEST_RECORDS" 60
 fi
 
 missing() { # programs a step needs that the build did not produce

@@ -322,6 +322,29 @@ static uint32_t build_headers(struct md_gpu *g, const uint32_t *slots, uint32_t 
 	return n;
 }
 
+/* Drops the step's records, counted as on the host ring. */
+static int attn_drop(struct md_gpu *g, uint32_t n_hdr)
+{
+	g->ctr.attn_dropped += n_hdr;
+	struct md_engine_ctrl *ec = g->c->a.ectrl;
+	md_store_relaxed(&ec->attn_dropped, md_load_relaxed(&ec->attn_dropped) + n_hdr);
+	return MD_EFULL;
+}
+
+/* Before any kernel is queued: would the step's records fit under the
+ * attention limit?  1 yes, 0 no (dropped), < 0 error.  Also queues a refresh
+ * of the engine's view of the head, so a full ring recovers. */
+static int attn_fits(struct md_gpu *g, uint32_t n_hdr, void *stream)
+{
+	int64_t pending = mdk_cuda_ring_pending(g->ring, stream);
+	if (pending < 0)
+		return cuda_failed(g, (int)pending);
+	if ((uint64_t)pending + n_hdr <= g->attn_limit)
+		return 1;
+	attn_drop(g, n_hdr);
+	return 0;
+}
+
 /* Common tail of both publish calls: the page-mass kernels already queued
  * their token masses; stage and complete the records. */
 static int push_attention(struct md_gpu *g, uint32_t n_hdr, uint32_t n_pages, float tau,
@@ -332,12 +355,8 @@ static int push_attention(struct md_gpu *g, uint32_t n_hdr, uint32_t n_pages, fl
 	if (k < 0)
 		return cuda_failed(g, k);
 	md__ring_daemon(g->c);
-	if ((uint32_t)k < n_hdr) {
-		g->ctr.attn_dropped += n_hdr;
-		struct md_engine_ctrl *ec = g->c->a.ectrl;
-		md_store_relaxed(&ec->attn_dropped, md_load_relaxed(&ec->attn_dropped) + n_hdr);
-		return MD_EFULL;
-	}
+	if ((uint32_t)k < n_hdr)
+		return attn_drop(g, n_hdr);
 	g->ctr.attn_records += (uint64_t)k;
 	return k;
 }
@@ -381,6 +400,10 @@ MD__EXPORT int md_gpu_publish_probs(md_gpu *g, const struct md_gpu_probs *in, vo
 		md__ring_daemon(g->c);
 		return 0;
 	}
+	if ((rc = attn_fits(g, n_hdr, stream)) <= 0) {
+		md__ring_daemon(g->c);
+		return rc < 0 ? rc : MD_EFULL;
+	}
 	if ((rc = mdk_cuda_page_mass_zero(&map, &out, stream)) ||
 	    (rc = mdk_cuda_page_mass_accumulate(&p, &map, 1.0f, &out, stream)))
 		return rc == -EINVAL ? rc : cuda_failed(g, rc);
@@ -412,6 +435,10 @@ MD__EXPORT int md_gpu_publish_flash(md_gpu *g, const struct md_gpu_flash *in, vo
 	if (n_hdr == 0) {
 		md__ring_daemon(g->c);
 		return 0;
+	}
+	if ((rc = attn_fits(g, n_hdr, stream)) <= 0) {
+		md__ring_daemon(g->c);
+		return rc < 0 ? rc : MD_EFULL;
 	}
 	if ((rc = mdk_cuda_flash_page_mass(&f, &out, stream)))
 		return rc == -EINVAL ? rc : cuda_failed(g, rc);
