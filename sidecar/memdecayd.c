@@ -244,6 +244,7 @@ int main(int argc, char **argv)
 		memcpy(d->socket_path, passed, sizeof(d->socket_path));
 		d->listen_fd = lfd;
 		d->socket_inherited = 1;
+		md__info("socket activation: serving the listening socket passed on fd %d", lfd);
 	} else if (md__server_listen(d, err, sizeof(err)) < 0) {
 		md__err("%s", err);
 		return 1;

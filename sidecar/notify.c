@@ -5,8 +5,8 @@
  * a leading '@', an abstract name.  Each notification is one datagram of
  * newline-separated KEY=VALUE assignments.  The watchdog contract: when
  * WATCHDOG_USEC is set (and WATCHDOG_PID, if set, is our pid) the manager
- * expects WATCHDOG=1 at least every WATCHDOG_USEC; we send it every half of
- * that, from the event loop's tick, so a wedged loop is what stops it.
+ * expects WATCHDOG=1 at least every WATCHDOG_USEC; we send it at least every
+ * half of that, from the event loop's tick, so a wedged loop is what stops it.
  *
  * Socket activation: the manager passes LISTEN_FDS descriptors from fd 3 on,
  * with LISTEN_PID set to the pid they are meant for (a forked child must not
@@ -116,7 +116,10 @@ uint64_t md__notify_watchdog_interval_ns(void)
 
 void md__notify_watchdog(uint64_t now_ns)
 {
-	if (!nt.wd_interval_ns || (nt.wd_last_ns && now_ns - nt.wd_last_ns < nt.wd_interval_ns))
+	/* ticks are not aligned with the interval: allow a quarter early, so a
+	 * ping that is due between two ticks goes out at the earlier one */
+	if (!nt.wd_interval_ns ||
+	    (nt.wd_last_ns && now_ns - nt.wd_last_ns < nt.wd_interval_ns - nt.wd_interval_ns / 4))
 		return;
 	if (md__notify_send("WATCHDOG=1") == 0)
 		nt.wd_sent++;
