@@ -3,8 +3,10 @@
  * built without CUDA every call says so (-ENOTSUP, "built without CUDA"); built
  * with CUDA on a machine without a device, creating or opening a ring fails with
  * -ENODEV and the driver's answer, and bad arguments are refused first
- * (-EINVAL).  With a device (MEMDECAY_EXPECT_GPU=1 makes one mandatory) the
- * engine side is exercised in-process; the two-process round trip is
+ * (-EINVAL); the same for device-completed attention records, the pending
+ * count and device allocation.  With a device (MEMDECAY_EXPECT_GPU=1 makes one
+ * mandatory) the engine side is exercised in-process, device-completed
+ * attention's all-or-none limit included; the two-process round trip is
  * bench/gpu/ring_roundtrip.
  */
 #include <check.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "md_cuda_attn_rec.h"
 #include "md_cuda_ring.h"
 #include "memdecay_abi.h"
 
@@ -55,6 +58,14 @@ START_TEST(test_without_cuda)
 	ck_assert_ptr_null(rd);
 	ck_assert_int_eq(mdk_cuda_ring_drain(NULL, NULL, 0), -ENOTSUP);
 	ck_assert_int_eq(mdk_cuda_ring_push(NULL, NULL, 0, NULL), -ENOTSUP);
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(NULL, NULL, 0, NULL, 0, 16, 0.0f, 0, NULL),
+			 -ENOTSUP);
+	ck_assert_int_eq(mdk_cuda_ring_pending(NULL, NULL), -ENOTSUP);
+	ck_assert_uint_eq(mdk_cuda_ring_tail(NULL), 0);
+	void *p = (void *)1;
+	ck_assert_int_eq(mdk_cuda_alloc(&p, 64, 0), -ENOTSUP);
+	ck_assert_ptr_null(p);
+	mdk_cuda_free(NULL);
 	ck_assert_int_eq(mdk_cuda_probe(NULL), -ENOTSUP);
 	mdk_cuda_ring_destroy(NULL);
 	mdk_cuda_ring_close(NULL);
@@ -86,6 +97,10 @@ START_TEST(test_bad_arguments)
 	ck_assert_int_eq(mdk_cuda_ring_push(NULL, NULL, 0, NULL), -EINVAL);
 	ck_assert_int_eq(mdk_cuda_ring_drain(NULL, NULL, 0), -EINVAL);
 	ck_assert_ptr_null(rd);
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(NULL, NULL, 0, NULL, 0, 16, 0.0f, 0, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(mdk_cuda_ring_pending(NULL, NULL), -EINVAL);
+	ck_assert_int_eq(mdk_cuda_alloc(NULL, 64, 0), -EINVAL);
 }
 END_TEST
 
@@ -103,6 +118,10 @@ START_TEST(test_no_device)
 	ck_assert_int_eq(mdk_cuda_ring_open(&rd, &ex, 0), -ENODEV);
 	ck_assert_ptr_null(rd);
 	ck_assert_ptr_nonnull(strstr(mdk_cuda_last_error(), "no usable CUDA device"));
+	void *p = (void *)1;
+	ck_assert_int_eq(mdk_cuda_alloc(&p, 64, 0), -ENODEV);
+	ck_assert_ptr_null(p);
+	ck_assert_ptr_nonnull(strstr(mdk_cuda_last_error(), "cudaGetDeviceCount"));
 }
 END_TEST
 
@@ -125,6 +144,26 @@ START_TEST(test_device_engine_side)
 	ck_assert_uint_eq(mdk_cuda_ring_dropped(r), 6);
 	ck_assert_int_eq(mdk_cuda_ring_push(r, recs, 1, NULL), 0);
 	ck_assert_uint_eq(mdk_cuda_ring_dropped(r), 7);
+	mdk_cuda_ring_destroy(r);
+
+	/* Device-completed attention: all or none under the limit. */
+	ck_assert_int_eq(mdk_cuda_ring_create(&r, 64, 0), 0);
+	float *tm = NULL;
+	ck_assert_int_eq(mdk_cuda_alloc((void **)&tm, 16 * sizeof(float), 0), 0);
+	memset(recs, 0, sizeof(recs));
+	for (int i = 0; i < 70; i++) {
+		recs[i].type = MD_REC_ATTN_PAGE;
+		mdk_attn_rec_stage((uint8_t *)&recs[i], 0, 1.0f, 0xffff);
+	}
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(r, recs, 40, tm, 1, 16, 0.01f, 48, NULL), 40);
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(r, recs, 10, tm, 1, 16, 0.01f, 48, NULL), 0);
+	ck_assert_uint_eq(mdk_cuda_ring_dropped(r), 10);
+	ck_assert_uint_eq(mdk_cuda_ring_tail(r), 40);
+	ck_assert_int_eq(mdk_cuda_ring_pending(r, NULL), 40);
+	mdk_attn_rec_stage((uint8_t *)&recs[3], 1, 1.0f, 0xffff); /* past n_pages */
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(r, recs, 4, tm, 1, 16, 0.01f, 0, NULL), -EINVAL);
+	ck_assert_int_eq(mdk_cuda_ring_push_attn(r, recs, 1, tm, 1, 17, 0.01f, 0, NULL), -EINVAL);
+	mdk_cuda_free(tm);
 	mdk_cuda_ring_destroy(r);
 }
 END_TEST
