@@ -149,15 +149,23 @@ extern "C" int mdk_cuda_ring_get_export(const struct mdk_cuda_ring *r, struct md
 static int refresh_head(struct mdk_cuda_ring *r, cudaStream_t st)
 {
 	int rc = 0;
-	if (cudaEventQuery(r->head_event) == cudaSuccess) {
-		if ((rc = md__cuda_check(cudaMemcpyAsync((void *)r->head_seen,
-							 r->dev + MDK_CUDA_RING_HEAD_OFFSET,
-							 sizeof(uint64_t), cudaMemcpyDeviceToHost,
-							 st),
-					 "ring head fetch")) ||
-		    (rc = md__cuda_check(cudaEventRecord(r->head_event, st), "ring head event")))
-			return rc;
+	cudaError_t q = cudaEventQuery(r->head_event);
+	if (q == cudaErrorNotReady) {
+		/* Not an error, but the runtime may keep it as the thread's last
+		 * error, where the next launch check (ours, the page-mass
+		 * kernels') would take it for a failed launch: clear it here. */
+		cudaError_t le = cudaGetLastError();
+		if (le != cudaSuccess && le != cudaErrorNotReady)
+			return md__cuda_check(le, "ring head query");
+		return 0;
 	}
+	if ((rc = md__cuda_check(q, "ring head query")) ||
+	    (rc = md__cuda_check(cudaMemcpyAsync((void *)r->head_seen,
+						 r->dev + MDK_CUDA_RING_HEAD_OFFSET, sizeof(uint64_t),
+						 cudaMemcpyDeviceToHost, st),
+				 "ring head fetch")) ||
+	    (rc = md__cuda_check(cudaEventRecord(r->head_event, st), "ring head event")))
+		return rc;
 	return 0;
 }
 

@@ -153,7 +153,9 @@ int md_client_geometry(const md_client *c, uint32_t *page_tokens, uint32_t *page
  * md_gpu_flush; attention is reduced to per-page mass on the device and the
  * records are completed there.  Per-token data never leaves the device and
  * nothing waits for the stream.  Pointers marked device are device memory of
- * `device`; `stream` is a cudaStream_t (NULL: the legacy default stream).
+ * `device`; `stream` is a cudaStream_t (NULL: the legacy default stream).  Use
+ * one stream for every call of a publisher (or order the streams yourself):
+ * the ring's tail is stored by work queued on it, in call order.
  *   -ENOTSUP   libmemdecay built without CUDA (MEMDECAY_CUDA=OFF)
  *   -ENODEV    no usable CUDA device or driver
  *   MD_EREFUSED the daemon refused the CUDA transport (built without CUDA, or
