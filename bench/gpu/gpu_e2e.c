@@ -177,7 +177,8 @@ static md_client *attach(const char *name, uint32_t capacity)
 
 /* Step s's attention: one query, NH heads over NKV cells; page p's share
  * follows a permutation of 1..NP that changes with s, tokens within a page
- * and heads differ mildly.  Rows sum to 1. */
+ * and heads differ mildly, and a fifth of the pages hold one heavy token.
+ * Rows sum to 1. */
 static void synth(float *probs, uint32_t s)
 {
 	for (uint32_t h = 0; h < NH; h++) {
@@ -186,7 +187,10 @@ static void synth(float *probs, uint32_t s)
 		for (uint32_t c = 0; c < NKV; c++) {
 			uint32_t p = c / P, k = c % P;
 			double w = (double)((p * 7 + s * 3) % NP + 1);
-			row[c] = (float)(w * (1.0 + 0.05 * (double)(k % 4)) * (1.0 + 0.01 * h));
+			/* a heavy token in every fifth page, well above the default τ
+			 * (0.01), so refresh bits are exercised too */
+			double heavy = p % 5 == (s % 5) && k == 3 ? 60.0 : 1.0;
+			row[c] = (float)(w * heavy * (1.0 + 0.05 * (double)(k % 4)) * (1.0 + 0.01 * h));
 			sum += row[c];
 		}
 		for (uint32_t c = 0; c < NKV; c++)
