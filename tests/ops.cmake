@@ -19,3 +19,18 @@ if(TARGET memdecayd AND TARGET memdecayctl)
     endif()
   endif()
 endif()
+
+# The .deb: cpack from this build tree, unpacked by dpkg into a scratch root.
+find_program(MD_DPKG_DEB dpkg-deb)
+if(TARGET memdecayd AND TARGET memdecayctl AND MD_DPKG_DEB)
+  add_test(NAME ops_deb COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ops/deb.sh ${PROJECT_BINARY_DIR})
+  set_tests_properties(ops_deb PROPERTIES TIMEOUT 300 LABELS "ops;package")
+endif()
+
+# The man pages render without groff warnings and agree with --help and
+# docs/operations.md.
+if(TARGET memdecayd AND TARGET memdecayctl)
+  add_test(NAME ops_man COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ops/man.sh
+    ${PROJECT_SOURCE_DIR}/man $<TARGET_FILE_DIR:memdecayd> ${PROJECT_SOURCE_DIR}/docs/operations.md)
+  set_tests_properties(ops_man PROPERTIES TIMEOUT 60 LABELS "ops")
+endif()
