@@ -68,7 +68,8 @@ enum md_policy_id {
 	MD_POLICY_H2O = 2,
 	MD_POLICY_RECENCY = 3,
 	MD_POLICY_RANDOM = 4,
-	MD_POLICY_COUNT = 5,
+	MD_POLICY_MEMDECAY_TURN = 5,
+	MD_POLICY_COUNT = 6,
 };
 
 enum md_norm_mode {

@@ -211,7 +211,7 @@ static int cmd_policy(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 	int pol = md__policy_from_name(name);
 	if (pol < 0) {
 		snprintf(err, errlen,
-			 "unknown policy '%.40s' (memdecay, memdecay-norm, h2o, recency, random)",
+			 "unknown policy '%.40s' (memdecay, memdecay-norm, h2o, recency, random, memdecay-turn)",
 			 name);
 		return -EINVAL;
 	}

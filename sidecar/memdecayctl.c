@@ -27,7 +27,7 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  get [KEY]                         show one key or the whole configuration\n"
 		"  set KEY=VALUE...                  change keys (all or nothing)\n"
-		"  policy NAME [--engine E]          memdecay, memdecay-norm, h2o, recency, random\n"
+		"  policy NAME [--engine E]          memdecay, memdecay-norm, h2o, recency, random, memdecay-turn\n"
 		"  budget SCOPE N [--engine E]       SCOPE: sequence_tokens, engine_pages, global_pages (0: none)\n"
 		"  weight W --engine E               that engine's share weight of budget.global_pages\n"
 		"  engines                           attached engines\n"

@@ -78,6 +78,8 @@ static void random_params(struct world *w)
 	static const double fr[] = {0, 0.25, 0.5, 1};
 	p->h2o_recent_fraction = fr[rn(4)];
 	p->random_seed = rnd();
+	static const double tls[] = {0, 0.5, 1, 4};
+	p->turn_lambda_scale = tls[rn(4)];
 	static const double lws[] = {1, 1, 0.75, 0.5};
 	p->low_watermark = lws[rn(4)];
 	p->budget_sequence_tokens = rn(2) ? 0 : 4 + rn(40);
@@ -361,6 +363,8 @@ END_TEST
 START_TEST(test_oracle_recency) { fuzz_policy(MD_POLICY_RECENCY, 4); }
 END_TEST
 START_TEST(test_oracle_random) { fuzz_policy(MD_POLICY_RANDOM, 5); }
+END_TEST
+START_TEST(test_oracle_memdecay_turn) { fuzz_policy(MD_POLICY_MEMDECAY_TURN, 6); }
 END_TEST
 
 /* many sequences and pages: the branch and bound across heaps */
@@ -755,6 +759,7 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_oracle_h2o);
 	tcase_add_test(tc, test_oracle_recency);
 	tcase_add_test(tc, test_oracle_random);
+	tcase_add_test(tc, test_oracle_memdecay_turn);
 	tcase_add_test(tc, test_oracle_large);
 	suite_add_tcase(s, tc);
 	return s;

@@ -224,15 +224,22 @@ START_TEST(test_get_foreach)
 	ck_assert_str_eq(buf, "memdecay");
 	struct visit v = {0, 0, 0};
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 8 * 3 + 19); /* 19 scalar keys (params.c) */
+	ck_assert_int_eq(v.n, 8 * 3 + 20); /* 20 scalar keys (params.c) */
 	ck_assert_int_eq(v.saw_alpha, 1);
 	ck_assert_int_eq(v.saw_code, 0);
 	md__params_set(&P, "region.8.name", "code", err, sizeof err);
 	memset(&v, 0, sizeof v);
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 9 * 3 + 19 + 1);
+	ck_assert_int_eq(v.n, 9 * 3 + 20 + 1);
 	ck_assert_int_eq(v.saw_code, 1);
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_NORM), "memdecay-norm");
+	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_TURN), "memdecay-turn");
+	ck_assert_int_eq(md__policy_from_name("memdecay-turn"), MD_POLICY_MEMDECAY_TURN);
+	ck_assert_int_eq(md__params_set(&P, "memdecay-turn.lambda_scale", "0.25", err, sizeof err), 0);
+	ck_assert(P.turn_lambda_scale == 0.25);
+	ck_assert_int_eq(md__params_set(&P, "memdecay-turn.lambda_scale", "-1", err, sizeof err),
+			 -EINVAL);
+	ck_assert(P.turn_lambda_scale == 0.25);
 	ck_assert_int_eq(md__policy_from_name("recency"), MD_POLICY_RECENCY);
 	ck_assert_int_eq(md__policy_from_name("lru"), -1);
 }

@@ -181,6 +181,66 @@ START_TEST(test_memdecay_norm_score)
 }
 END_TEST
 
+/* memdecay-turn: age counts the turns begun since a token's birth or refresh
+ * (a turn begins where the appended region changes), not clock steps */
+START_TEST(test_memdecay_turn_score)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.policy = MD_POLICY_MEMDECAY_TURN;
+	p.turn_lambda_scale = 2.0;
+	struct md__host *h = md__host_new(&p);
+	ck_assert_int_eq(md__host_engine_add(h, 3, 4, 8, 1, NULL), 0);
+	unsigned ru[4] = {MD_REGION_USER, MD_REGION_USER, MD_REGION_USER, MD_REGION_USER};
+	unsigned rus[4] = {MD_REGION_USER, MD_REGION_USER, MD_REGION_SCRATCHPAD,
+			   MD_REGION_SCRATCHPAD};
+	unsigned ra[4] = {MD_REGION_ASSISTANT, MD_REGION_ASSISTANT, MD_REGION_ASSISTANT,
+			  MD_REGION_ASSISTANT};
+	ck_assert_int_eq(open_page(h, 3, 0, 1, 0, 0, 4, ru, 4), 0);   /* turn 1 */
+	ck_assert_int_eq(open_page(h, 3, 1, 1, 0, 4, 4, rus, 8), 0);  /* turn 1, then 2 */
+	ck_assert_int_eq(step(h, 3, 0, 1000), 0);                     /* steps, no turn */
+	ck_assert_int_eq(open_page(h, 3, 2, 1, 0, 8, 4, ra, 1000), 0); /* turn 3 */
+	ck_assert_int_eq(open_page(h, 3, 3, 1, 0, 12, 4, ru, 1004), 0); /* turn 4: the tail */
+	ck_assert_int_eq(step(h, 3, 0, 1010), 0);
+	double lu = p.lambda[MD_REGION_USER] * 2.0, ls = p.lambda[MD_REGION_SCRATCHPAD] * 2.0;
+	double bu = p.base[MD_REGION_USER], bs = p.base[MD_REGION_SCRATCHPAD];
+	struct md__top_entry t[4];
+	size_t n = md__host_top(h, 3, t, 4);
+	ck_assert_uint_eq(n, 2); /* slot 3 is the tail, slot 2 protect_recent */
+	const struct md__top_entry *t0 = find_slot(t, n, 0), *t1 = find_slot(t, n, 1);
+	ck_assert_ptr_nonnull(t0);
+	ck_assert_ptr_nonnull(t1);
+	/* slot 0: born in turn 1, four turns begun by now: age 3 (memdecay's age: 1006 steps) */
+	CLOSE(t0->score, bu * exp(-lu * 3));
+	/* slot 1 was opened at clock 8, where turn 2 (its scratchpad) began: age 2 for all four */
+	CLOSE(t1->score, (2 * bu * exp(-lu * 2) + 2 * bs * exp(-ls * 2)) / 4);
+	/* a refresh moves a token into the current turn (age 0); the EWMA is memdecay's */
+	ck_assert_int_eq(attn_page(h, 3, 0, 1, 0.5f, 1u << 0), 0);
+	n = md__host_top(h, 3, t, 4);
+	t0 = find_slot(t, n, 0);
+	ck_assert_ptr_nonnull(t0);
+	double ew = (1 - p.beta) * (double)0.5f;
+	CLOSE(t0->decay_term, (bu + 3 * bu * exp(-lu * 3)) / 4);
+	CLOSE(t0->attn_term, p.alpha * ew / 4);
+	/* a sequence end forgets the turns: a new sequence starts at turn 1 */
+	struct md_stats_rec r = rec(MD_REC_SEQ_END);
+	r.seq = 0;
+	ck_assert_int_eq(md__host_ingest(h, 3, &r), 0);
+	ck_assert_int_eq(open_page(h, 3, 4, 2, 0, 0, 4, ra, 0), 0);
+	ck_assert_int_eq(open_page(h, 3, 5, 2, 0, 4, 4, ru, 1), 0);
+	ck_assert_int_eq(open_page(h, 3, 6, 2, 0, 8, 4, ru, 2), 0);
+	ck_assert_int_eq(open_page(h, 3, 7, 2, 0, 12, 4, ru, 3), 0);
+	n = md__host_top(h, 3, t, 4);
+	ck_assert_uint_eq(n, 2);
+	const struct md__top_entry *t4 = find_slot(t, n, 4), *t5 = find_slot(t, n, 5);
+	ck_assert_ptr_nonnull(t4);
+	ck_assert_ptr_nonnull(t5);
+	CLOSE(t4->score, p.base[MD_REGION_ASSISTANT] * exp(-p.lambda[MD_REGION_ASSISTANT] * 2.0));
+	CLOSE(t5->score, bu);
+	md__host_free(h);
+}
+END_TEST
+
 START_TEST(test_memdecay_norm_via_param)
 {
 	/* memdecay with memdecay.norm=relative uses the relative EWMA too */
@@ -420,6 +480,7 @@ static Suite *policy_suite(void)
 	tcase_add_test(tc, test_memdecay_score);
 	tcase_add_test(tc, test_memdecay_norm_score);
 	tcase_add_test(tc, test_memdecay_norm_via_param);
+	tcase_add_test(tc, test_memdecay_turn_score);
 	tcase_add_test(tc, test_h2o_score);
 	tcase_add_test(tc, test_recency_score_and_sinks);
 	tcase_add_test(tc, test_random_score);

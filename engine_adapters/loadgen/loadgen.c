@@ -109,7 +109,7 @@ static void usage(FILE *f)
 		"  --seqs N                 concurrent sequences (default 4)\n"
 		"  --pages-per-seq M        pages before a sequence ends and restarts (default 32)\n"
 		"  --steps K                decode steps, 0 = until SIGINT/SIGTERM (default 1000)\n"
-		"  --policy P               memdecay|memdecay-norm|h2o|recency|random (daemon default)\n"
+		"  --policy P               memdecay|memdecay-norm|h2o|recency|random|memdecay-turn (daemon default)\n"
 		"  --budget-pages B         per-engine page budget sent in HELLO\n"
 		"  --budget-seq-tokens N    per-sequence token budget sent in HELLO\n"
 		"  --pattern PAT            uniform|recent|heavy (default recent)\n"

@@ -75,6 +75,7 @@ static void engine_free(struct md__engine *e)
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		free(e->seqs[q].pages);
 		free(e->seqs[q].heap);
+		free(e->seqs[q].turn_clk);
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
 			free(e->seqs[q].dheap[c]);
 	}
@@ -305,6 +306,8 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 	in->engine_id = e->id;
 	in->norm_mode = md__engine_norm(h, e);
 	in->page_tokens = e->page_tokens;
+	in->turn_clk = e->seqs[seq].turn_clk;
+	in->turn_n = e->seqs[seq].turn_n;
 }
 
 /* ---- ingest and decisions ---- */

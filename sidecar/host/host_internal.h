@@ -66,6 +66,13 @@ struct md__seq {
 	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
 	struct md__heap_ent *dheap[MD_REGIONS_MAX];
 	uint32_t dheap_n[MD_REGIONS_MAX], dheap_cap[MD_REGIONS_MAX];
+	/* turns (memdecay-turn, docs/policies.md): the clock at which each turn
+	 * began, ascending; a turn begins when an appended token's region differs
+	 * from the previous appended token's.  Kept for every policy, so a switch
+	 * to memdecay-turn sees the sequence's whole history. */
+	uint64_t *turn_clk;
+	uint32_t turn_n, turn_cap;
+	uint32_t turn_region;     /* region of the last appended token */
 };
 
 #define MD__NO_CLASS 0xffu

@@ -83,6 +83,8 @@ size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *
 		if (pol->is_sink && pol->is_sink(pg, p))
 			continue;
 		in.clock = e->seqs[pg->seq].clock;
+		in.turn_clk = e->seqs[pg->seq].turn_clk;
+		in.turn_n = e->seqs[pg->seq].turn_n;
 		struct md__score_terms t = {0, 0};
 		double s;
 		if (policy == MD_POLICY_RANDOM)

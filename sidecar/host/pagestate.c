@@ -30,6 +30,23 @@ static int grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
 	return 0;
 }
 
+/* tokens k0..k1 of labels were appended at the sequence's clock: a region
+ * change starts a turn there.  Out of memory: the turn is merged into the
+ * previous one (coarser, never wrong for the oracle, which reads the same). */
+static void seq_note_turns(struct md__seq *s, uint64_t labels, unsigned k0, unsigned k1)
+{
+	for (unsigned k = k0; k < k1; k++) {
+		uint32_t r = md_label_get(labels, k);
+		if (s->turn_n && r == s->turn_region)
+			continue;
+		if (grow_array((void **)&s->turn_clk, &s->turn_cap, s->turn_n + 1,
+			       sizeof(s->turn_clk[0])))
+			return;
+		s->turn_clk[s->turn_n++] = s->clock;
+		s->turn_region = r;
+	}
+}
+
 int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens)
 {
 	for (unsigned k = 0; k < n_tokens; k++)
@@ -260,6 +277,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
 	for (unsigned k = 0; k < e->page_tokens; k++)
 		tr[k] = clock;
+	seq_note_turns(s, pg->labels, 0, n_tokens);
 	s->tokens_live += n_tokens;
 	e->tokens_live += n_tokens;
 	e->pages_live++;
@@ -372,6 +390,7 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	}
 	s->clock = 0;
 	s->tokens_live = 0;
+	s->turn_n = 0;
 	md__ob_note(e, seq);
 }
 
@@ -411,6 +430,7 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 		pg->labels = md_label_set(pg->labels, k, md_label_get(r->u.page.labels, k));
 		tr[k] = r->clock;
 	}
+	seq_note_turns(s, pg->labels, old, n);
 	pg->n_tokens = (uint16_t)n;
 	if (pg->state == MD__SLOT_LIVE) {
 		s->pages[at].n_tokens = n;
@@ -429,7 +449,7 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
-	if (e->policy > MD_POLICY_MEMDECAY_NORM)
+	if (e->policy > MD_POLICY_MEMDECAY_NORM && e->policy != MD_POLICY_MEMDECAY_TURN)
 		return; /* h2o: only grows; recency, random: fixed */
 	/* inline memdecay bound: this runs once per attention record */
 	double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;

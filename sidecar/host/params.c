@@ -20,7 +20,7 @@ static const char *const builtin_region_names[MD_REGION_BUILTIN_COUNT] = {
 };
 
 static const char *const policy_names[MD_POLICY_COUNT] = {
-	"memdecay", "memdecay-norm", "h2o", "recency", "random",
+	"memdecay", "memdecay-norm", "h2o", "recency", "random", "memdecay-turn",
 };
 
 void md__params_defaults(struct md__params *p)
@@ -50,6 +50,7 @@ void md__params_defaults(struct md__params *p)
 	p->sink_tokens = 4;
 	p->h2o_recent_fraction = 0.5;
 	p->random_seed = 1;
+	p->turn_lambda_scale = 1.0;
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
@@ -171,6 +172,7 @@ static const struct scalar_key scalar_keys[] = {
 	{"recency.sink_tokens", K_U32, OFF(sink_tokens), 0, 0, 0, 0, 0, 1u << 30},
 	{"h2o.recent_fraction", K_DOUBLE, OFF(h2o_recent_fraction), 0, 1, 0, 0, 0, 0},
 	{"random.seed", K_U64, OFF(random_seed), 0, 0, 0, 0, 0, UINT64_MAX},
+	{"memdecay-turn.lambda_scale", K_DOUBLE, OFF(turn_lambda_scale), 0, 1e9, 0, 0, 0, 0},
 	{"budget.sequence_tokens", K_U64, OFF(budget_sequence_tokens), 0, 0, 0, 0, 0, 1ull << 48},
 	{"budget.engine_pages", K_U64, OFF(budget_engine_pages), 0, 0, 0, 0, 0, 1ull << 48},
 	{"budget.global_pages", K_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48},
@@ -228,7 +230,7 @@ static int set_scalar(struct md__params *p, const struct scalar_key *k, const ch
 		int id = md__policy_from_name(v);
 		if (id < 0)
 			return fail(err, errlen,
-				    "%s: '%s' is not a policy (memdecay|memdecay-norm|h2o|recency|random)",
+				    "%s: '%s' is not a policy (memdecay|memdecay-norm|h2o|recency|random|memdecay-turn)",
 				    k->name, v);
 		uint32_t u = (uint32_t)id;
 		memcpy(base, &u, sizeof(u));

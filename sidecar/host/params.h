@@ -30,6 +30,7 @@ struct md__params {
 	uint32_t sink_tokens;                 /* recency.sink_tokens */
 	double h2o_recent_fraction;           /* h2o.recent_fraction, 0..1 */
 	uint64_t random_seed;                 /* random.seed */
+	double turn_lambda_scale;             /* memdecay-turn.lambda_scale: lambda_r per turn */
 	/* budgets: 0 means none */
 	uint64_t budget_sequence_tokens;
 	uint64_t budget_engine_pages;

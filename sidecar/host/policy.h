@@ -19,6 +19,8 @@ struct md__score_in {
 	uint32_t engine_id;
 	uint32_t norm_mode;    /* effective enum md_norm_mode */
 	uint32_t page_tokens;
+	const uint64_t *turn_clk; /* the sequence's turn starts (memdecay-turn) */
+	uint32_t turn_n;
 };
 
 struct md__score_terms {
@@ -46,6 +48,7 @@ extern const struct md__policy md__policy_memdecay_norm;
 extern const struct md__policy md__policy_h2o;
 extern const struct md__policy md__policy_recency;
 extern const struct md__policy md__policy_random;
+extern const struct md__policy md__policy_memdecay_turn;
 
 const struct md__policy *md__policy_get(uint32_t id);
 
@@ -84,6 +87,9 @@ double md__policy_no_static_bound(const struct md__page *pg, const struct md__pa
 		(void)in;                                                               \
 		return value(pg);                                                       \
 	}
+
+/* turns begun at or before clock c (memdecay-turn) */
+uint32_t md__turn_at(const uint64_t *turn_clk, uint32_t turn_n, uint64_t c);
 
 /* fixed per page pseudo-random score in [0, 1) */
 double md__random_score(uint64_t seed, uint32_t engine_id, uint32_t slot, uint32_t gen);

@@ -87,6 +87,7 @@ const struct md__policy *md__policy_get(uint32_t id)
 	case MD_POLICY_H2O: return &md__policy_h2o;
 	case MD_POLICY_RECENCY: return &md__policy_recency;
 	case MD_POLICY_RANDOM: return &md__policy_random;
+	case MD_POLICY_MEMDECAY_TURN: return &md__policy_memdecay_turn;
 	default: return &md__policy_memdecay;
 	}
 }
