@@ -16,6 +16,11 @@ if(TARGET memdecayd AND TARGET memdecayctl)
       add_test(NAME ops_prometheus
         COMMAND ${Python3_EXECUTABLE} ${_ops}/prometheus.py $<TARGET_FILE_DIR:memdecayd>)
       set_tests_properties(ops_prometheus PROPERTIES TIMEOUT 180 LABELS "integration;ops")
+      add_test(NAME ops_syscall_filter
+        COMMAND ${Python3_EXECUTABLE} ${_ops}/syscalls.py $<TARGET_FILE_DIR:memdecayd>
+                ${PROJECT_SOURCE_DIR}/packaging/systemd/memdecayd.service)
+      set_tests_properties(ops_syscall_filter PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77
+        LABELS "integration;ops")
     endif()
   endif()
 endif()
