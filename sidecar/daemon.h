@@ -31,7 +31,7 @@
 #define MD__INGEST_BUDGET_NS 2000000ull /* ingest time per engine per iteration */
 #define MD__RELABEL_PIECE 1024u      /* pages per piece of a RELABEL between clock reads */
 #define MD__RESYNC_GAP_FACTOR 8u     /* a resync waits 8x the last one's duration after it ended */
-#define MD__RESYNC_GAP_MAX_NS 1000000000ull
+#define MD__RESYNC_GAP_MAX_NS 60000000000ull /* keeps the 1/9 share up to 7.5 s resyncs */
 #define MD__LOG_BURST 5u             /* warnings per source per second before they are counted only */
 #define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
 #define MD__DECIDE_BATCH 256u
