@@ -258,6 +258,19 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 		sift_down(e, s, i);
 }
 
+/* Empties the sequence's heaps at once (every page leaves them). */
+void md__heap_clear(struct md__engine *e, struct md__seq *s)
+{
+	for (uint32_t i = 0; i < s->heap_n; i++) {
+		e->hpos[s->heap[i].slot] = MD__NO_HEAP;
+		e->dcls[s->heap[i].slot] = MD__NO_CLASS;
+	}
+	s->heap_n = 0;
+	s->nodecay = 0;
+	for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
+		s->dheap_n[c] = 0;
+}
+
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
 {
 	uint32_t i = e->hpos[slot];

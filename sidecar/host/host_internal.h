@@ -191,6 +191,7 @@ static inline void md__ob_note(struct md__engine *e, uint32_t q)
 void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);
 void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot);
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);
+void md__heap_clear(struct md__engine *e, struct md__seq *s);
 void md__index_rebuild(struct md__host *h, struct md__engine *e);
 size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 			       struct md__decision *out, size_t cap);

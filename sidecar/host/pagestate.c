@@ -343,7 +343,11 @@ void md__seq_drop_marked(struct md__host *h, struct md__engine *e, uint32_t seq,
 			 const uint8_t *drop)
 {
 	struct md__seq *s = &e->seqs[seq];
-	uint32_t n = s->n_pages, w = 0;
+	uint32_t n = s->n_pages, w = 0, dropped = 0;
+	for (uint32_t i = 0; i < n; i++)
+		dropped += drop[s->pages[i].slot];
+	if (dropped == n)
+		md__heap_clear(e, s); /* every page goes: no heap removals one by one */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t slot = s->pages[i].slot;
 		if (!drop[slot]) {
