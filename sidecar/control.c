@@ -769,6 +769,11 @@ static int cmd_save(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf
 {
 	char dir[PATH_MAX], name[PATH_MAX];
 	const char *shown;
+	if (cur_conn && cur_conn->uid != geteuid()) {
+		/* not even --operator-group: the file is written with the daemon's uid */
+		snprintf(err, errlen, "save needs the daemon's uid");
+		return -EPERM;
+	}
 	if (!r->argc) {
 		if (!d->have_config) {
 			snprintf(err, errlen,
@@ -852,6 +857,9 @@ static int peer_may(const struct md__ctl_req *r, char *err, size_t errlen)
 		snprintf(err, errlen, "%s without --engine concerns every uid's engines: it needs the "
 			 "daemon's uid or --operator-group (name one of your engines with --engine)",
 			 r->cmd_name);
+		return -EPERM;
+	case MD__CTL_SAVE:
+		snprintf(err, errlen, "save needs the daemon's uid");
 		return -EPERM;
 	default:
 		snprintf(err, errlen, "%s needs the daemon's uid or --operator-group", r->cmd_name);

@@ -456,6 +456,18 @@ def s_save(env):
     if [n for n in os.listdir(savedir) if n.startswith(".")]:
         raise Fail("temporary files left in --save-dir: %s" % os.listdir(savedir))
     finish(env)
+    # an --operator-group member may tune everything, but not have files written
+    env.start_daemon("--socket-group", str(pw.pw_gid), "--operator-group", str(pw.pw_gid),
+                     "--save-dir", savedir)
+    rc_set, _, err_set = ctl_nobody(env, "set", "memdecay.alpha=0.5")
+    rc, out, err = ctl_nobody(env, "save", "op.conf")
+    print("[peer_save] --operator-group member: set rc %d, save rc %d %s" %
+          (rc_set, rc, err.strip()))
+    if rc_set != 0:
+        raise Fail("--operator-group member refused a set: %s" % err_set.strip())
+    if rc == 0 or os.path.exists(os.path.join(savedir, "op.conf")):
+        raise Fail("an --operator-group member of another uid had the daemon save a file")
+    finish(env)
 
 
 # ---- 7. a self-declared weight cannot take other uids' share -------------
