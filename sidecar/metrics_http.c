@@ -9,8 +9,9 @@
  *            wait on cv (≤ 1 s)  ◀──────────────── have = asked, broadcast
  *            copy the snapshot, respond
  *
- * The loop never waits for the HTTP side (it only takes mu to swap a
- * pointer); libmicrohttpd sends responses with non-blocking I/O, bounds the
+ * The loop never waits on the HTTP side for longer than one copy of the
+ * text (mu guards the snapshot pointer and is held by the HTTP thread only
+ * while it copies the snapshot into a response); libmicrohttpd sends responses with non-blocking I/O, bounds the
  * number of connections and drops idle ones, so a client that reads slowly,
  * or not at all, holds a connection slot and nothing else.  Requests that
  * arrive while a render is pending share it, and a snapshot younger than
@@ -49,6 +50,7 @@ struct md__metrics_http {
 	pthread_cond_t cv;
 	/* under mu */
 	uint64_t asked, have;            /* render requests made / satisfied */
+	int stopping;                    /* no render will come: stop waiting */
 	char *snap;
 	size_t snap_len;
 	uint64_t snap_ns;
@@ -182,7 +184,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		struct timespec dl;
 		clock_gettime(CLOCK_REALTIME, &dl); /* the condvar's default clock */
 		dl.tv_sec += (time_t)(MD__METRICS_WAIT_NS / 1000000000ull);
-		while (m->have < want) {
+		while (m->have < want && !m->stopping) {
 			if (pthread_cond_timedwait(&m->cv, &m->mu, &dl) == ETIMEDOUT) {
 				m->timeouts++;
 				break;
@@ -339,6 +341,10 @@ void md__metrics_http_stop(struct md__metrics_http *m)
 {
 	if (!m)
 		return;
+	pthread_mutex_lock(&m->mu);
+	m->stopping = 1; /* the loop renders no more: release a waiting request */
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
 	if (m->mhd)
 		MHD_stop_daemon(m->mhd); /* joins the HTTP thread: nobody waits on cv now */
 	if (m->w)
