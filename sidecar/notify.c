@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -107,6 +108,16 @@ int md__notify_send(const char *state)
 	ssize_t n = sendto(nt.fd, state, strlen(state), MSG_NOSIGNAL | MSG_DONTWAIT,
 			   (const struct sockaddr *)&nt.sa, nt.salen);
 	return n < 0 ? -errno : 0;
+}
+
+void md__notify_reload_begin(void)
+{
+	struct timespec ts;
+	char msg[96];
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
+		 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull);
+	md__notify_send(msg);
 }
 
 uint64_t md__notify_watchdog_interval_ns(void)

@@ -19,6 +19,9 @@ int md__notify_init(char *err, size_t errlen);
 /* Sends one state string ("READY=1\nSTATUS=..."); no-op without a socket.
  * Returns 0, or -errno. */
 int md__notify_send(const char *state);
+/* RELOADING=1 with MONOTONIC_USEC (what systemd wants before a reload's
+ * READY=1). */
+void md__notify_reload_begin(void);
 /* Interval at which WATCHDOG=1 is due (half of WATCHDOG_USEC), in ns; 0 when
  * the manager asked for no watchdog. */
 uint64_t md__notify_watchdog_interval_ns(void);

@@ -421,7 +421,9 @@ static void signal_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 	const struct signalfd_siginfo *si = buf;
 	switch (si->ssi_signo) {
 	case SIGHUP:
+		md__notify_reload_begin(); /* systemctl reload waits for the READY=1 */
 		reload(d);
+		md__notify_send("READY=1");
 		break;
 	case SIGTERM:
 	case SIGINT:

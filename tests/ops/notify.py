@@ -4,8 +4,10 @@ WATCHDOG=1 from the event loop at half of WATCHDOG_USEC, STOPPING=1 at
 SIGTERM.  Under `systemd-run --user --wait` when this machine has a user
 manager; otherwise NOTIFY_SOCKET points at a datagram socket this test reads
 (a path, then an abstract @name), exactly what systemd's manager side does.
-A WATCHDOG_PID naming another process must get no pings."""
+A WATCHDOG_PID naming another process must get no pings.  SIGHUP (the unit's
+ExecReload=) is framed by RELOADING=1 (with MONOTONIC_USEC) and READY=1."""
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -48,9 +50,12 @@ def with_socket(run, addr, label, wd_pid_other=False):
     env = dict(os.environ, NOTIFY_SOCKET=addr, WATCHDOG_USEC=str(WD_USEC))
     # WATCHDOG_PID is the service's pid: the shell's, which exec makes memdecayd's
     wd_pid = "1" if wd_pid_other else "$$"
-    cmd = 'WATCHDOG_PID=%s exec "$0" --socket "$1" --foreground' % wd_pid
+    conf = run.path("md-%s.conf" % label)
+    with open(conf, "w") as f:
+        f.write("policy = memdecay\n")
+    cmd = 'WATCHDOG_PID=%s exec "$0" --socket "$1" --foreground --config "$2"' % wd_pid
     t0 = time.monotonic()
-    p = run.spawn(["sh", "-c", cmd, os.path.join(run.bin, "memdecayd"), md_sock],
+    p = run.spawn(["sh", "-c", cmd, os.path.join(run.bin, "memdecayd"), md_sock, conf],
                   log="daemon-%s.log" % label, env=env)
     notes = read_notes(s, t0 + 10, lambda n: any(d.get("READY") == "1" for _, d in n))
     ready = [(t, d) for t, d in notes if d.get("READY") == "1"]
@@ -76,6 +81,21 @@ def with_socket(run, addr, label, wd_pid_other=False):
         gaps = [b - a for a, b in zip(pings, pings[1:])]
         if max(gaps) > WD_USEC / 1e6:
             run.fail("%s: WATCHDOG=1 gap %.0f ms exceeds WATCHDOG_USEC" % (label, max(gaps) * 1e3))
+    reload_note = ""
+    if label == "path":
+        with open(conf, "w") as f:
+            f.write("policy = recency\n")
+        p.send_signal(signal.SIGHUP)
+        notes = read_notes(s, time.monotonic() + 5,
+                           lambda n: any(d.get("READY") == "1" for _, d in n))
+        seq = [k for _, d in notes for k in ("RELOADING", "READY") if d.get(k) == "1"]
+        rl = [d for _, d in notes if d.get("RELOADING") == "1"]
+        if seq[:1] != ["RELOADING"] or "READY" not in seq or not rl[0].get("MONOTONIC_USEC"):
+            run.fail("%s: SIGHUP sent %r, want RELOADING=1 (MONOTONIC_USEC) then READY=1"
+                     % (label, [d for _, d in notes if "WATCHDOG" not in d]))
+        if run.ctl(md_sock, "get", "policy").stdout.strip() != "recency":
+            run.fail("%s: READY=1 after SIGHUP but the config was not reloaded" % label)
+        reload_note = ", SIGHUP: RELOADING=1 then READY=1"
     rc = run.stop(p)
     notes = read_notes(s, time.monotonic() + 2, lambda n: any("STOPPING" in d for _, d in n))
     if rc != 0:
@@ -83,9 +103,10 @@ def with_socket(run, addr, label, wd_pid_other=False):
     if not any(d.get("STOPPING") == "1" for _, d in notes):
         run.fail("%s: no STOPPING=1 at SIGTERM" % label)
     s.close()
-    print("notify %s: READY=1 after %.0f ms, %d WATCHDOG=1 in 1.5 s%s" % (
+    print("notify %s: READY=1 after %.0f ms, %d WATCHDOG=1 in 1.5 s%s%s, STOPPING=1" % (
         label, (t_ready - t0) * 1e3, len(pings),
-        (", max gap %.0f ms" % (max(gaps) * 1e3)) if not wd_pid_other else " (WATCHDOG_PID other)"))
+        (", max gap %.0f ms" % (max(gaps) * 1e3)) if not wd_pid_other else " (WATCHDOG_PID other)",
+        reload_note))
 
 
 def with_user_manager(run):
