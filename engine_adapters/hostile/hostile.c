@@ -151,7 +151,7 @@ static int att_open(struct att *a, char *err, size_t errlen)
 	int fds[MD_ATTACH_FDS], nfds = 0;
 	while (len + 1 < sizeof(line)) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		if (poll(&p, 1, 5000) <= 0) {
+		if (poll(&p, 1, 60000) <= 0) { /* huge geometries attach slowly under ASan */
 			snprintf(err, errlen, "no reply to HELLO");
 			att_close(a);
 			return -ETIMEDOUT;
