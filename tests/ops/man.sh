@@ -23,7 +23,7 @@ for prog in memdecayd:memdecayd.8 memdecayctl:memdecayctl.1; do
 	exe=${prog%%:*} page=$dir/${prog#*:}
 	for opt in $("$bin/$exe" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
 		grep -qF -- "$(sed 's/-/\\-/g' <<<"$opt")" "$page" || fail "$exe $opt not in $page"
-		grep -qF -- "\`$opt" "$ops" || fail "$exe $opt not in $ops"
+		grep -qE -- "(^|[^a-z-])$opt([^a-z-]|\$)" "$ops" || fail "$exe $opt not in $ops"
 	done
 done
 echo "ops_man: ok: $n pages, no warnings under groff -ww, every --help option in the pages and $ops"
