@@ -73,12 +73,15 @@ class Run:
         raise SystemExit(1)
 
     def cleanup(self):
+        # Each process leads its own group (start_new_session): the whole
+        # group goes, also when the leader is already gone (strace's tracee,
+        # a shell's child).
         for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 p.wait()
         if not os.environ.get("MD_KEEP"):
             shutil.rmtree(self.dir, ignore_errors=True)

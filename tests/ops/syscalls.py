@@ -129,6 +129,7 @@ def scenario(run, backend):
         rc = d.wait(20)  # strace exits with the daemon's status
     except subprocess.TimeoutExpired:
         rc = None
+        os.kill(mdpid, signal.SIGKILL)
     ns.close()
     if rc != 0:
         run.fail("%s: memdecayd under strace exited %s" % (backend, rc))
