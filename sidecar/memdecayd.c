@@ -44,11 +44,11 @@ static void usage(FILE *f)
 		"                       (off by default; ADDR loopback: 127.0.0.1, [::1], localhost;\n"
 		"                       PORT 0 picks a free port, logged)\n"
 		"  --metrics-allow-remote  let --metrics-listen use a non-loopback address\n"
-		"\nUnder systemd (Type=notify) it sends READY=1 once the socket listens and\n"
-		"WATCHDOG=1 from the event loop when WatchdogSec= is set; a listening socket\n"
-		"passed by socket activation (LISTEN_FDS) replaces --socket.\n"
 		"  --help               this text\n"
 		"  --version            print the version and ABI\n\n"
+		"Under systemd (Type=notify) it sends READY=1 once the socket listens and\n"
+		"WATCHDOG=1 from the event loop when WatchdogSec= is set; a listening socket\n"
+		"passed by socket activation (LISTEN_FDS) replaces --socket.\n\n"
 		"exit status: 0 clean stop, 1 runtime error (socket busy, bad config ...), 2 usage error\n");
 }
 
