@@ -15,6 +15,7 @@
 #include "oracle.h"
 
 static uint64_t rng_state = 1;
+static uint32_t policy_id = MD_POLICY_MEMDECAY;
 static uint64_t rnd(void)
 {
 	uint64_t x = (rng_state += 0x9e3779b97f4a7c15ULL);
@@ -115,6 +116,7 @@ static int run_one(uint64_t npages, struct result *res)
 	res->pages = npages;
 	struct md__params p;
 	md__params_defaults(&p);
+	p.policy = policy_id;
 	struct md__host *h = md__host_new(&p);
 	uint32_t nseq = (uint32_t)(npages / 1000);
 	if (nseq < 1)
@@ -242,9 +244,10 @@ static int run_one(uint64_t npages, struct result *res)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: memdecay-bench-policy [--pages N,N,...] [--seed S] [--json] [--help]\n"
+	fprintf(f, "usage: memdecay-bench-policy [--pages N,N,...] [--policy P] [--seed S] [--json] [--help]\n"
 		   "  one eviction decision (index) vs full sort vs linear scan, and ATTN_PAGE\n"
-		   "  ingest rate, at each page count (default 1000,10000,100000,1000000)\n");
+		   "  ingest rate, at each page count (default 1000,10000,100000,1000000),\n"
+		   "  under policy P (default memdecay)\n");
 }
 
 int main(int argc, char **argv)
@@ -253,14 +256,24 @@ int main(int argc, char **argv)
 	int json = 0;
 	static const struct option opts[] = {{"pages", required_argument, 0, 'p'},
 					     {"seed", required_argument, 0, 's'},
+					     {"policy", required_argument, 0, 'P'},
 					     {"json", no_argument, 0, 'j'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:s:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:s:P:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': snprintf(pages_arg, sizeof pages_arg, "%s", optarg); break;
 		case 's': rng_state = strtoull(optarg, NULL, 0); break;
+		case 'P': {
+			int id = md__policy_from_name(optarg);
+			if (id < 0) {
+				fprintf(stderr, "memdecay-bench-policy: unknown policy '%s'\n", optarg);
+				return 2;
+			}
+			policy_id = (uint32_t)id;
+			break;
+		}
 		case 'j': json = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -291,7 +304,7 @@ int main(int argc, char **argv)
 		nr++;
 	}
 	if (json) {
-		printf("{\"results\": [");
+		printf("{\"policy\": \"%s\", \"results\": [", md__policy_name(policy_id));
 		for (int i = 0; i < nr; i++)
 			printf("%s{\"pages\": %llu, \"decision_ns_median\": %.0f, \"decision_ns_p99\": %.0f, "
 			       "\"sort_ns_median\": %.0f, \"scan_ns_median\": %.0f, "
