@@ -50,7 +50,7 @@ void md__params_defaults(struct md__params *p)
 	p->sink_tokens = 4;
 	p->h2o_recent_fraction = 0.5;
 	p->random_seed = 1;
-	p->turn_lambda_scale = 1.0;
+	p->turn_lambda_scale = 0.1;
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
