@@ -43,8 +43,9 @@
 #include "memdecay_abi.h"
 #include "memdecay_ring.h"
 
-static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_stop, g_settle;
 static void on_signal(int s) { (void)s; g_stop = 1; }
+static void on_settle(int s) { (void)s; g_settle = 1; }
 
 static uint64_t now_ns(void)
 {
@@ -862,7 +863,18 @@ static int mode_resync(void)
 			gone = 1;
 			break;
 		}
-		if (o.repeat && o.regen) {
+		if (g_settle == 1) {
+			/* SIGUSR1: the table stops changing; one more resync sees
+			 * every entry whole (one taken during a rewrite skips the
+			 * entries it caught mid-write) */
+			g_settle = 2;
+			md_store_release(&a.ectrl->resync_request,
+					 md_load_relaxed(&a.ectrl->resync_request) + 1);
+			requests++;
+			bell(&a);
+		} else if (g_settle) {
+			/* settled: only heartbeats */
+		} else if (o.repeat && o.regen) {
 			/* every page replaced by a new generation: nothing is kept */
 			fill_table(&a, desc, ++gen);
 			requests++;
@@ -1052,6 +1064,7 @@ static void usage(FILE *f)
 		"  --order asc|desc   resync mode: positions ascending or descending with the slot\n"
 		"  --repeat           resync mode: request a resync every --round-us\n"
 		"  --regen            resync mode, with --repeat: a new generation of every page each time\n"
+		"                     (resync mode: SIGUSR1 stops the rewrites and requests one last resync)\n"
 		"  --count N          idle mode: engines to attach (default 1)\n");
 }
 
@@ -1113,6 +1126,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
+	signal(SIGUSR1, on_settle);
 	if (!strcmp(o.mode, "shm"))
 		return mode_shm();
 	if (!strcmp(o.mode, "ctl"))
