@@ -17,10 +17,11 @@ if ! command -v "$CC" >/dev/null 2>&1; then
 	echo "fuzz.sh: $CC not found (apt-get install clang)" >&2
 	exit 1
 fi
+mkdir -p "$BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
 	-DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \
 	-DMEMDECAY_FUZZ=ON -DMEMDECAY_SANITIZE=ON -DMEMDECAY_CUDA=OFF -DMEMDECAY_LLAMA=OFF \
-	-DMEMDECAY_WERROR=ON >"$BUILD.cmake.log" 2>&1 || { cat "$BUILD.cmake.log" >&2; exit 1; }
+	-DMEMDECAY_WERROR=ON >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log" >&2; exit 1; }
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j "$(nproc 2>/dev/null || echo 2)" --target $HARNESSES
 

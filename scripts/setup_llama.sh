@@ -134,7 +134,7 @@ if [ ! -f "$PREFIX/include/llama.h" ] || [ ! -f "$PREFIX/include/ggml-backend.h"
 	SDIST=$DEPS/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
 	if [ ! -f "$SDIST" ]; then
 		log "downloading the sdist for llama.cpp's headers"
-		"$VENV/bin/python" -m pip download --no-deps --no-binary :all: \
+		"$VENV/bin/python" -m pip download --no-cache-dir --no-deps --no-binary :all: \
 			"llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$DEPS/sdist" >>"$DEPS/pip.log" 2>&1
 	fi
 	tmp=$(mktemp -d)

@@ -434,7 +434,7 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 	return 0;
 }
 
-/* The socket path rule of DESIGN.md §2 (shared by memdecayd and memdecayctl). */
+/* The socket path rule of docs/design.md §2 (shared by memdecayd and memdecayctl). */
 int md__socket_default(char *buf, size_t len)
 {
 	const char *env = getenv("MEMDECAY_SOCKET");

@@ -1,4 +1,4 @@
-# Fault suite (DESIGN.md §3, docs/reliability.md): real memdecayd, loadgen and
+# Fault suite (docs/design.md §3, docs/reliability.md): real memdecayd, loadgen and
 # memdecay-hostile processes under crashes, restarts, garbage and overload.
 # Each scenario is one Python script in tests/fault/ with its own daemon and
 # private socket directory.  Label `fault`; the whole suite runs in ~1 minute

@@ -2,7 +2,7 @@
  * bench_ipc.c — memdecay-bench-ipc: the driver.  For every transport and every
  * repetition it forks a peer on another core, times round trips of one message
  * (p50/p99/max) and one-way streaming throughput, then reports the median over
- * repetitions with its spread, and the ratios DESIGN.md §7 sets targets on.
+ * repetitions with its spread, and the ratios docs/design.md §7 sets targets on.
  * Transports run interleaved, rotating order each repetition, so background
  * load on a shared machine falls on all of them alike.
  */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gen_traces.py — synthetic agent traces with planted facts, for the eviction-probe benchmark.
 
-Each trace is one JSON Lines file in the DESIGN.md §5 format: a system message, a plan, then
+Each trace is one JSON Lines file in the docs/design.md §5 format: a system message, a plan, then
 agent "episodes" (user turn, scratchpad, tool call, tool result, retrieved document, reply) with
 one short fact planted in every region, filler and look-alike distractor facts around them, and
 one probe per planted fact at the end.  Values are random codes, names and numbers, so a probe can

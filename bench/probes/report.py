@@ -3,7 +3,7 @@
 
 Retention per tier × budget × policy × region against the full-cache ceiling, the gold answer's
 log-prob deltas, the MemDecay paper's claims point by point beside our measurement, the targets of
-DESIGN.md §7 with the failing probes where one is missed, and a section for region half-lives
+docs/design.md §7 with the failing probes where one is missed, and a section for region half-lives
 that the calibration work fills (bench/probes/results/half_lives.json, or by hand between the
 markers: a regenerated report keeps that text).
 
@@ -473,7 +473,7 @@ def claims_section(rows, tiers, pinned):
 def targets_section(rows, runs, tiers, pinned):
     pin = lambda x: x in pinned  # noqa: E731
     unp = lambda x: x not in pinned  # noqa: E731
-    L = ["## Targets (DESIGN.md §7)", ""]
+    L = ["## Targets (design.md §7)", ""]
     # T1: every pinned probe passing at full cache passes at every budget, for the pinning policies.
     for pol in ("memdecay", "memdecay-norm"):
         rs = sel(rows, policy=pol, region=pin)

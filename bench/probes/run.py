@@ -8,7 +8,7 @@ token count, which the full-cache run (budget 0, the ceiling) reports first.
 
     run.py --quick        pipeline smoke test (< 5 min on 2 cores); asserts invariants, exit 1 on failure
     run.py --full         the full benchmark (>= 1,000 scored probes)
-    run.py --traces DIR   bring your own traces (DESIGN.md §5), any number of *.jsonl
+    run.py --traces DIR   bring your own traces (docs/design.md §5), any number of *.jsonl
 """
 import argparse
 import ctypes
@@ -30,7 +30,7 @@ import gen_traces  # noqa: E402
 import probelib  # noqa: E402
 from probelib import FULL  # noqa: E402
 
-PAGE_TOKENS = 16  # occupancy may exceed the budget by at most one page (DESIGN.md §7)
+PAGE_TOKENS = 16  # occupancy may exceed the budget by at most one page (docs/design.md §7)
 
 # A policy entry "P+nopin" runs policy P with nothing pinned (memdecay.region.<r>.pinned=false for
 # the run, restored after): the paper's baselines pinned nothing, while our daemon pins system for

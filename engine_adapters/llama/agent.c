@@ -1,5 +1,5 @@
 /*
- * agent.c — memdecay-agent: runs an agent trace (DESIGN.md §5) on llama.cpp
+ * agent.c — memdecay-agent: runs an agent trace (docs/design.md §5) on llama.cpp
  * with the MemDecay adapter, asks each probe on a copy of the sequence, and
  * reports per probe the greedy answer, pass/fail and the gold answer's
  * log-probability, plus evictions by region, KV occupancy and tokens/s.

@@ -1,6 +1,6 @@
 /*
  * graph_probe.c — prints what llama.cpp's graph shows the adapter on this
- * build (DESIGN.md §6): the layer-0 K write's cell indices and the
+ * build (docs/design.md §6): the layer-0 K write's cell indices and the
  * kq_soft_max shapes, across seq_rm holes and refills.  A diagnostic, run by
  * hand or by tests/llama/graph_probe.sh:  md_llama_graph_probe MODEL.gguf
  */

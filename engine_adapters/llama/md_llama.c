@@ -808,7 +808,7 @@ static void md__publish_attention(md_llama *a, llama_seq_id seq)
 }
 
 /* Full cache with no daemon: free the oldest evictable page of seq so that
- * decoding goes on (DESIGN.md §3 local fallback). */
+ * decoding goes on (docs/design.md §3 local fallback). */
 static int md__local_fallback(md_llama *a, llama_seq_id seq)
 {
 	struct md__seq *s = &a->seqs[seq];

@@ -1,6 +1,6 @@
 /*
  * md_llama_chat.c — message spans through llama_chat_apply_template, and the
- * role → region rule of DESIGN.md §5.
+ * role → region rule of docs/design.md §5.
  */
 #include "md_llama_chat.h"
 

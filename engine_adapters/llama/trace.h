@@ -1,5 +1,5 @@
 /*
- * trace.h — agent traces (DESIGN.md §5): JSON Lines, one chat message or one
+ * trace.h — agent traces (docs/design.md §5): JSON Lines, one chat message or one
  * probe per line.  Only the fields the runner needs are kept.
  */
 #ifndef MD_LLAMA_TRACE_H

@@ -4,7 +4,7 @@
  * copies each record out of a ring and hands the copy to md__host_ingest(),
  * which validates its meaning (slot, generation, sequence, finite mass) and
  * updates the state.  Decisions are exact: they evict the pages the
- * brute-force oracle (oracle.h) would pick, under DESIGN.md's tie rule.
+ * brute-force oracle (oracle.h) would pick, under docs/design.md's tie rule.
  */
 #ifndef MD_HOST_H
 #define MD_HOST_H

@@ -155,7 +155,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
 int md__index_live(const struct md__host *h, const struct md__engine *e);
 
-/* DESIGN.md's eviction order: lower score first, then the older page (lower
+/* docs/design.md's eviction order: lower score first, then the older page (lower
  * first position), then the lower slot.  Returns <0, 0, >0 like strcmp. */
 static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb, uint64_t pb,
 				  uint32_t lb)

@@ -3,7 +3,7 @@
  * pinned flag, sink flag and protection rank recomputed from the raw state and
  * its score in double by the policy's own score function; candidates are
  * sorted by (score, first_pos, slot) and taken in order until each scope is
- * back under its low watermark, exactly as DESIGN.md §1 states the rule.
+ * back under its low watermark, exactly as docs/design.md §1 states the rule.
  */
 #include <math.h>
 #include <stdlib.h>

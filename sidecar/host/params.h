@@ -1,6 +1,6 @@
 /*
  * params.h — the policy configuration shared by every engine: the key registry
- * (DESIGN.md §4 names), validation, the config file format, and save.
+ * (docs/design.md §4 names), validation, the config file format, and save.
  * A set of keys is applied all-or-nothing: a copy is modified and validated,
  * then swapped in by the caller.
  */
@@ -46,7 +46,7 @@ struct md__params {
 	double max_engine_weight;             /* budget.max_engine_weight (other uids' HELLO weight) */
 };
 
-/* Starting values: DESIGN.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */
+/* Starting values: docs/design.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */
 void md__params_defaults(struct md__params *p);
 
 /* Set one key from its text value.  Returns 0, or -EINVAL / -ENOENT with a

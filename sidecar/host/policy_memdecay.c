@@ -1,5 +1,5 @@
 /*
- * policy_memdecay.c — MemDecay (region-aware decay, DESIGN.md §1):
+ * policy_memdecay.c — MemDecay (region-aware decay, docs/design.md §1):
  *   page score = mean over live tokens of b_r exp(-lambda_r (t - t_refresh_i)) + alpha A / n
  * where A is the EWMA of the page's attention mass (sum over its tokens, so
  * alpha A / n is alpha times the mean a_i), updated once per attention record.

@@ -1,6 +1,6 @@
 /*
  * policy_memdecay_norm.c — MemDecay with the attention term normalized to the
- * uniform level (DESIGN.md §1, the paper's open item): m̂_i = m_i * n_live in
+ * uniform level (docs/design.md §1, the paper's open item): m̂_i = m_i * n_live in
  * both the EWMA and the refresh test against tau.  Same score as memdecay,
  * always in relative mode, whatever memdecay.norm says.
  */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# graph_probe.sh — checks the facts the adapter relies on (DESIGN.md §6) on the
+# graph_probe.sh — checks the facts the adapter relies on (docs/design.md §6) on the
 # pinned llama.cpp build, through md_llama_graph_probe:
 #   the layer-0 K write is SET_ROWS 'cache_k_l0 (view)' with i64 cell indices
 #   in src[1]; kq_soft_max-0 is f32 [n_kv, n_tokens, n_head, 1] over the mask,

@@ -94,7 +94,7 @@ int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint32_t n_toke
 int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint64_t labels);
 int md_page_free(md_client *c, uint32_t slot, uint32_t reason);
 int md_seq_end(md_client *c, uint32_t seq);
-/* Advance a sequence's clock by n appended tokens (DESIGN.md §1 clock). */
+/* Advance a sequence's clock by n appended tokens (docs/design.md §1 clock). */
 int md_seq_step(md_client *c, uint32_t seq, uint32_t n_tokens);
 uint64_t md_seq_clock(const md_client *c, uint32_t seq);
 int md_relabel(md_client *c, uint32_t seq, uint64_t pos0, uint64_t pos1, uint32_t region);

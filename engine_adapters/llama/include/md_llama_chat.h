@@ -1,5 +1,5 @@
 /*
- * md_llama_chat.h — region labels from chat messages (DESIGN.md §5) through
+ * md_llama_chat.h — region labels from chat messages (docs/design.md §5) through
  * the model's own chat template (llama_chat_apply_template).  Each message's
  * span of the formatted prompt (role header and separators included) is the
  * difference between the prompt with and without it, so the template's own
