@@ -7,7 +7,7 @@ model of the host's rules (system pinned, the tail page and `protect_recent` = 1
 evicted, evict lowest score first, ties by first position) for memdecay, memdecay-turn, h2o,
 recency and random, and reports where the evictions fall.  Attention after an eviction is taken
 from the full-cache run, so this shows each score's ordering, not the model's answers: that is
-what run.py measures.  docs/results.md ("Issue 13") uses it to explain memdecay's losses.
+what run.py measures.  docs/results.md ("Held-out traces, memdecay-turn") uses it to explain memdecay's losses.
 
     replay_policies.py JOURNAL[.gz] [--budgets 0.4,0.6] [--json]
 """
