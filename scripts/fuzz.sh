@@ -4,14 +4,15 @@
 # from fuzz/corpus/<harness>/ (new inputs go to build-fuzz/corpus/<harness>/,
 # the committed seeds are not touched).  Fails on any crash, leak, timeout or
 # sanitizer report; the reproducer is left in build-fuzz/artifacts/.
-# Prints one line per harness with its execution count.
+# Prints one line per harness with its execution count.  MEMDECAY_FUZZ_HARNESSES
+# ("fuzz_ingest fuzz_ctl") runs only those, e.g. two instances on two cores.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MINUTES=${1:-0.5}
 BUILD=${MEMDECAY_FUZZ_BUILD:-$ROOT/build-fuzz}
 CC=${CC_FUZZ:-clang}
 SECS=$(awk -v m="$MINUTES" 'BEGIN { s = int(m * 60 + 0.5); if (s < 1) s = 1; print s }')
-HARNESSES="fuzz_ingest fuzz_client_cmds fuzz_ctl fuzz_config"
+HARNESSES=${MEMDECAY_FUZZ_HARNESSES:-"fuzz_ingest fuzz_client_cmds fuzz_ctl fuzz_config"}
 
 if ! command -v "$CC" >/dev/null 2>&1; then
 	echo "fuzz.sh: $CC not found (apt-get install clang)" >&2

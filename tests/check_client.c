@@ -2,8 +2,9 @@
  * check_client.c — libmemdecay against a fake daemon built in the test (a
  * listening Unix socket, memfd segments, eventfds): attach and the records it
  * publishes, validation of malformed replies and segments, commands (stale,
- * torn, duplicate), overload, doorbells, liveness, fail-open, reattach, and
- * no allocation on the publish/poll paths (malloc is wrapped at link time).
+ * torn, duplicate), overload, doorbells, batch publish, liveness, fail-open,
+ * reattach, and no allocation on the publish/poll paths (malloc is wrapped at
+ * link time).
  */
 #include <check.h>
 #include "test_util.h"
@@ -586,6 +587,101 @@ START_TEST(test_doorbell)
 }
 END_TEST
 
+/* One step in one crossing: STEP records first, then one ATTN_PAGE per live
+ * slot, with the clocks after the steps; one doorbell for the batch; a bad
+ * entry anywhere changes nothing; a full ring drops the attention whole. */
+START_TEST(test_publish_batch)
+{
+	struct fake f;
+	md_client *c = attach_ok(&f);
+	uint32_t s[3], g;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(md_page_open(c, i == 2 ? 2 : 0, (uint64_t)i * 16, 5, 0, &s[i], &g), 0);
+	uint32_t gone;
+	ck_assert_int_eq(md_page_open(c, 0, 48, 1, 0, &gone, &g), 0);
+	ck_assert_int_eq(md_page_free(c, gone, MD_FREE_FINISHED), 0);
+	struct md_stats_rec r;
+	while (fake_next(&f, &r))
+		;
+	const uint32_t q[2] = { 0, 2 }, n[2] = { 7, 1 };
+	const uint32_t slots[4] = { s[0], gone, s[2], s[1] };
+	const float mass[4] = { 0.5f, 0.9f, 0.25f, 0.125f };
+	const uint16_t refresh[4] = { 0xffff, 1, 0x3, 0 };
+
+	/* Rejected whole: a sequence, a slot, a mass out of range. */
+	const uint32_t bad_q[2] = { 0, 4 }, bad_slot[1] = { 32 };
+	const float nan_mass[1] = { 0.0f / 0.0f };
+	struct md_batch_result res;
+	ck_assert_int_eq(md_publish_batch(c, bad_q, n, 2, slots, mass, refresh, 4, &res), -EINVAL);
+	ck_assert_int_eq(md_publish_batch(c, q, n, 2, bad_slot, mass, NULL, 1, &res), -EINVAL);
+	ck_assert_int_eq(md_publish_batch(c, q, n, 2, slots, nan_mass, NULL, 1, &res), -EINVAL);
+	ck_assert_int_eq(md_publish_batch(c, q, n, 2, NULL, mass, NULL, 1, &res), -EINVAL);
+	ck_assert_uint_eq(md_seq_clock(c, 0), 0);
+	ck_assert_uint_eq(md_seq_clock(c, 2), 0);
+	ck_assert_int_eq(md_ring_available(&f.stats), 0);
+
+	f.dctrl->sleeping = 1;
+	ck_assert_int_eq(md_publish_batch(c, q, n, 2, slots, mass, refresh, 4, &res), 0);
+	ck_assert_uint_eq(res.steps, 2);
+	ck_assert_uint_eq(res.published, 3);
+	ck_assert_uint_eq(res.skipped, 1);
+	ck_assert_uint_eq(res.dropped, 0);
+	uint64_t v;
+	ck_assert(readable(f.db_d));
+	ck_assert_int_eq(read(f.db_d, &v, 8), 8);
+	ck_assert_uint_eq(v, 1);                       /* one doorbell for 5 records */
+	const uint64_t *clk = (void *)(f.eseg + f.eo.seq_clock);
+	ck_assert_uint_eq(clk[0], 7);
+	ck_assert_uint_eq(clk[2], 1);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_STEP);
+	ck_assert_uint_eq(r.seq, 0);
+	ck_assert_uint_eq(r.clock, 7);
+	ck_assert(fake_next(&f, &r));
+	ck_assert_uint_eq(r.type, MD_REC_STEP);
+	ck_assert_uint_eq(r.seq, 2);
+	ck_assert_uint_eq(r.clock, 1);
+	const uint32_t want_slot[3] = { s[0], s[2], s[1] }, want_seq[3] = { 0, 2, 0 };
+	const float want_mass[3] = { 0.5f, 0.25f, 0.125f };
+	const uint16_t want_refresh[3] = { 0x1f, 0x3, 0 };   /* masked to 5 live tokens */
+	for (int i = 0; i < 3; i++) {
+		ck_assert(fake_next(&f, &r));
+		ck_assert_uint_eq(r.type, MD_REC_ATTN_PAGE);
+		ck_assert_uint_eq(r.slot, want_slot[i]);
+		ck_assert_uint_eq(r.seq, want_seq[i]);
+		ck_assert_uint_eq(r.gen, 1);
+		ck_assert_uint_eq(r.clock, want_seq[i] == 0 ? 7 : 1);
+		ck_assert(r.u.attn_page.mass == want_mass[i]);
+		ck_assert_uint_eq(r.u.attn_page.refresh, want_refresh[i]);
+	}
+	ck_assert(!fake_next(&f, &r));
+
+	/* Near the attention limit: the steps go in, the pages are dropped whole. */
+	int filled = 0;
+	while (md_attn_page(c, s[0], 0.1f, 0) == 0)
+		filled++;
+	ck_assert_int_gt(filled, 0);
+	struct md_client_counters before, after;
+	md_client_counters(c, &before);
+	ck_assert_int_eq(md_publish_batch(c, q, n, 1, slots, mass, refresh, 4, &res), MD_EFULL);
+	ck_assert_uint_eq(res.steps, 1);
+	ck_assert_uint_eq(res.published, 0);
+	ck_assert_uint_eq(res.dropped, 3);
+	md_client_counters(c, &after);
+	ck_assert_uint_eq(after.attn_dropped - before.attn_dropped, 3);
+	ck_assert_uint_eq(md_seq_clock(c, 0), 14);
+	int steps = 0, attn = 0;
+	while (fake_next(&f, &r)) {
+		steps += r.type == MD_REC_STEP;
+		attn += r.type == MD_REC_ATTN_PAGE;
+	}
+	ck_assert_int_eq(steps, 1);
+	ck_assert_int_eq(attn, filled);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
 START_TEST(test_wait_commands)
 {
 	struct fake f;
@@ -726,6 +822,8 @@ START_TEST(test_no_allocation_on_hot_path)
 		bad |= md_attn_page(c, s, 0.5f, 1) != 0;
 		float m[2] = { 0.1f, 0.2f };
 		bad |= md_attn_tokens(c, s, 0, 2, m) != 0;
+		uint32_t bq = 0, bn = 1;
+		bad |= md_publish_batch(c, &bq, &bn, 1, &s, m, NULL, 1, NULL) != 0;
 		struct md_cmd *cm = md_ring_reserve(&f.cmds);
 		*cm = (struct md_cmd){ .type = MD_CMD_EVICT, .seq = 0, .slot = s, .gen = g };
 		md_ring_publish(&f.cmds, cm);
@@ -742,7 +840,7 @@ START_TEST(test_no_allocation_on_hot_path)
 	}
 	long allocs = g_allocs - before;
 	ck_assert_int_eq(bad, 0);
-	ck_assert_int_eq(records, 6000);
+	ck_assert_int_eq(records, 8000);
 	ck_assert_int_eq(allocs, 0);
 	struct md_client_counters cc;
 	md_client_counters(c, &cc);
@@ -786,6 +884,7 @@ static Suite *client_suite(void)
 	tcase_add_test(tc, test_commands);
 	tcase_add_test(tc, test_overload);
 	tcase_add_test(tc, test_doorbell);
+	tcase_add_test(tc, test_publish_batch);
 	tcase_add_test(tc, test_wait_commands);
 	tcase_add_test(tc, test_liveness);
 	tcase_add_test(tc, test_reattach_republishes);

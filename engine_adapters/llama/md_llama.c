@@ -66,6 +66,10 @@ struct md_llama {
 	/* attention reduction outputs */
 	float *token_mass, *page_mass;
 	uint16_t *refresh;
+	/* one step's attention, gathered for md_publish_batch */
+	uint32_t *batch_slot;
+	float *batch_mass;
+	uint16_t *batch_refresh;
 	float *scratch;         /* device tensors copied to host */
 	size_t scratch_floats;
 
@@ -174,6 +178,9 @@ void md_llama_destroy(md_llama *a)
 	free(a->token_mass);
 	free(a->page_mass);
 	free(a->refresh);
+	free(a->batch_slot);
+	free(a->batch_mass);
+	free(a->batch_refresh);
 	free(a->scratch);
 	free(a->socket_path);
 	free(a->engine_name);
@@ -307,9 +314,12 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	a->token_mass = calloc((size_t)a->page_cap * a->P, sizeof(float));
 	a->page_mass = calloc(a->page_cap, sizeof(float));
 	a->refresh = calloc(a->page_cap, sizeof(uint16_t));
+	a->batch_slot = malloc(sizeof(uint32_t) * a->page_cap);
+	a->batch_mass = malloc(sizeof(float) * a->page_cap);
+	a->batch_refresh = malloc(sizeof(uint16_t) * a->page_cap);
 	if (!a->cell_seq || !a->cell_pos || !a->cell_page || !a->cell_tok || !a->pages ||
 	    !a->free_pages || !a->slot_to_page || !a->seqs || !a->token_mass || !a->page_mass ||
-	    !a->refresh)
+	    !a->refresh || !a->batch_slot || !a->batch_mass || !a->batch_refresh)
 		return -ENOMEM;
 	for (uint32_t c = 0; c < a->n_ctx; c++) {
 		a->cell_seq[c] = -1;
@@ -784,27 +794,43 @@ static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
 
 /* ---- decode ---- */
 
-static void md__publish_attention(md_llama *a, llama_seq_id seq)
+/* The step of seq (n tokens) and, when attention is observed, one record per
+ * declared page: one md_publish_batch, so one tail store and at most one
+ * doorbell a step, however many pages (docs/abi.md §8). */
+static void md__publish_step(md_llama *a, llama_seq_id seq, uint32_t n)
 {
 	struct md__seq *s = &a->seqs[seq];
-	struct mdk_cell_map map = {
-		.page = a->cell_page, .token = a->cell_tok, .n_kv = a->n_ctx,
-		.n_pages = a->page_cap, .page_tokens = a->P,
-	};
-	struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
-	float tau = (float)a->params.tau;
-	float norm = a->params.norm_mode == MD_NORM_RELATIVE ? (float)s->live_tokens : 1.0f;
-	mdk_page_refresh(&map, tau, norm, &out);
-	for (uint32_t i = 0; i < s->page_of_cap; i++) {
-		int32_t p = s->page_of[i];
-		if (p < 0 || !a->pages[p].registered)
-			continue;
-		int rc = md_attn_page(a->client, a->pages[p].slot, a->page_mass[p], a->refresh[p]);
-		if (rc == 0)
-			a->st.attn_records++;
-		else
-			a->st.attn_dropped++;
+	uint32_t q = (uint32_t)seq, k = 0;
+	if (a->attached && a->cfg.capture_attention) {
+		struct mdk_cell_map map = {
+			.page = a->cell_page, .token = a->cell_tok, .n_kv = a->n_ctx,
+			.n_pages = a->page_cap, .page_tokens = a->P,
+		};
+		struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
+		float tau = (float)a->params.tau;
+		float norm = a->params.norm_mode == MD_NORM_RELATIVE ? (float)s->live_tokens : 1.0f;
+		mdk_page_refresh(&map, tau, norm, &out);
+		for (uint32_t i = 0; i < s->page_of_cap && k < a->page_cap; i++) {
+			int32_t p = s->page_of[i];
+			if (p < 0 || !a->pages[p].registered)
+				continue;
+			a->batch_slot[k] = a->pages[p].slot;
+			a->batch_mass[k] = a->page_mass[p];
+			a->batch_refresh[k] = a->refresh[p];
+			k++;
+		}
 	}
+	struct md_batch_result res;
+	int rc = md_publish_batch(a->client, &q, &n, 1, a->batch_slot, a->batch_mass,
+				  a->batch_refresh, k, &res);
+	if (rc == -EINVAL) {
+		/* a mass the library refuses (not finite): the step still counts */
+		md_seq_step(a->client, q, n);
+		a->st.attn_dropped += k;
+		return;
+	}
+	a->st.attn_records += res.published;
+	a->st.attn_dropped += res.dropped + res.skipped;
 }
 
 /* Full cache with no daemon: free the oldest evictable page of seq so that
@@ -877,11 +903,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 			a->st.peak_live_tokens = s->live_tokens;
 		a->live_weighted_sum += (double)s->live_tokens * n;
 		a->live_weight += n;
-		if (a->client)
-			md_seq_step(a->client, (uint32_t)seq, n);
 		uint64_t t0 = md__now_ns();
-		if (a->attached && a->cfg.capture_attention)
-			md__publish_attention(a, seq);
+		if (a->client)
+			md__publish_step(a, seq, n);
 		a->st.publish_ns += md__now_ns() - t0;
 		/* Commands wait for the tracked sequence's own step: a probe copy
 		 * shares its cells and must not see them vanish. */

@@ -143,6 +143,32 @@ uint32_t md_client_live_pages(const md_client *c);
 int md_client_geometry(const md_client *c, uint32_t *page_tokens, uint32_t *page_capacity,
 		       uint32_t *max_seqs);
 
+/* ---- batch publish: one step in one crossing (docs/abi.md §8) ----
+ * Advances n_steps sequence clocks (step_seqs[i] by step_tokens[i], one STEP
+ * record each, in order) and publishes one ATTN_PAGE record per live slot of
+ * slots[0..n_pages) with mass[i] and refresh[i] (NULL: no refresh bits; masked
+ * to the page's live tokens), as md_seq_step and md_attn_page would, but with
+ * one tail store and at most one doorbell for the whole batch.  Records carry
+ * the clocks after every step of the batch.  The whole input is checked first:
+ * a sequence >= max_seqs, a slot >= page_capacity, a mass that is negative or
+ * not finite, n_pages > page_capacity, or a NULL array with a non-zero count
+ * is -EINVAL and changes nothing.  A slot that is not live is skipped (no
+ * record; `skipped`).  The attention records go in together or not at all:
+ * beyond 3/4 of the ring they are all dropped (counted in attn_dropped, and
+ * MD_EFULL is returned; the STEP records are still published).  A STEP that
+ * does not fit is a lifecycle drop (resync asked), as for md_seq_step.
+ * Detached: the clocks advance in the mirror and MD_EDETACHED is returned.
+ * No allocation, no system call unless the daemon sleeps.  res may be NULL. */
+struct md_batch_result {
+	uint32_t steps;      /* STEP records published */
+	uint32_t published;  /* ATTN_PAGE records published */
+	uint32_t skipped;    /* slots that were not live */
+	uint32_t dropped;    /* ATTN_PAGE records dropped on a full ring */
+};
+int md_publish_batch(md_client *c, const uint32_t *step_seqs, const uint32_t *step_tokens,
+		     uint32_t n_steps, const uint32_t *slots, const float *mass,
+		     const uint16_t *refresh, uint32_t n_pages, struct md_batch_result *res);
+
 /* ---- GPU publisher (ABI 1.1, stats_transport=cuda; docs/abi.md §7) ----
  * For an engine whose attention lives in GPU memory.  md_gpu_create moves the
  * client to the CUDA stats ring: it allocates the device ring, re-attaches

@@ -774,6 +774,98 @@ MD__EXPORT int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint
 	return 0;
 }
 
+/* ---- one step in one crossing (docs/abi.md §8) ----
+ * The STEP records and the step's ATTN_PAGE records are reserved together,
+ * stamped by one md_ring_publish_n (one tail store) and announced by one
+ * notify_daemon, so a step costs at most one doorbell however many pages it
+ * has (one per record before: a daemon on an idle core drains each record and
+ * sleeps again before the next, docs/llama.md "Overhead"). */
+MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
+				const uint32_t *step_tokens, uint32_t n_steps,
+				const uint32_t *slots, const float *mass,
+				const uint16_t *refresh, uint32_t n_pages,
+				struct md_batch_result *res)
+{
+	struct md_batch_result out = { 0 };
+	if (res)
+		*res = out;
+	if (!c || (n_steps && (!step_seqs || !step_tokens)) ||
+	    (n_pages && (!slots || !mass)) || n_pages > c->page_capacity)
+		return -EINVAL;
+	/* Whole batch validated first: a bad entry changes nothing. */
+	for (uint32_t i = 0; i < n_steps; i++)
+		if (step_seqs[i] >= c->max_seqs)
+			return -EINVAL;
+	uint32_t live = 0;
+	for (uint32_t i = 0; i < n_pages; i++) {
+		if (slots[i] >= c->page_capacity || !(mass[i] >= 0) || isinf(mass[i]))
+			return -EINVAL;
+		live += c->mirror[slots[i]].state == MD_PAGE_LIVE;
+	}
+	out.skipped = n_pages - live;
+	if (!c->attached) {
+		for (uint32_t i = 0; i < n_steps; i++)
+			c->clock[step_seqs[i]] += step_tokens[i];
+		if (res)
+			*res = out;
+		return MD_EDETACHED;
+	}
+	struct md_ring_prod *ring = &c->a.stats;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n_steps; i++) {
+		uint32_t q = step_seqs[i];
+		c->clock[q] += step_tokens[i];
+		md_store_release(&c->a.seq_clock[q], c->clock[q]);
+		if (k < i)
+			continue;   /* an earlier STEP did not fit: resync already asked */
+		struct md_stats_rec *r = md_ring_reserve_at(ring, k);
+		if (!r) {
+			md__lifecycle_dropped(c);
+			continue;
+		}
+		memset(r, 0, sizeof(*r));
+		r->type = MD_REC_STEP;
+		r->seq = q;
+		r->slot = UINT32_MAX;
+		r->clock = c->clock[q];
+		k++;
+	}
+	out.steps = k;
+	if (live) {
+		if (k < n_steps || !attn_room(c, k + live)) {
+			struct md_engine_ctrl *ec = c->a.ectrl;
+			md_store_relaxed(&ec->attn_dropped, md_load_relaxed(&ec->attn_dropped) + live);
+			c->ctr.attn_dropped += live;
+			out.dropped = live;
+		} else {
+			for (uint32_t i = 0; i < n_pages; i++) {
+				const struct md_page_entry *m = &c->mirror[slots[i]];
+				if (m->state != MD_PAGE_LIVE)
+					continue;
+				struct md_stats_rec *r = md_ring_reserve_at(ring, k);
+				memset(r, 0, sizeof(*r));
+				r->type = MD_REC_ATTN_PAGE;
+				r->seq = m->seq;
+				r->slot = slots[i];
+				r->gen = m->generation;
+				r->clock = c->clock[m->seq];
+				r->u.attn_page.mass = mass[i];
+				r->u.attn_page.refresh = refresh
+					? (uint16_t)(refresh[i] & ((1u << m->n_tokens) - 1u)) : 0;
+				k++;
+			}
+			out.published = live;
+		}
+	}
+	if (k) {
+		md_ring_publish_n(ring, k);
+		notify_daemon(c);
+	}
+	if (res)
+		*res = out;
+	return out.dropped ? MD_EFULL : 0;
+}
+
 /* ---- commands ---- */
 
 MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)

@@ -100,7 +100,7 @@ struct md_llama_stats {
 	double row_dead_mass_max;        /* check_rows: max mass on cells not of seq */
 	uint64_t decode_ns;              /* inside llama_decode (graph incl. cb_eval) */
 	uint64_t observe_ns;             /* of which in the adapter's cb_eval work */
-	uint64_t publish_ns;             /* page records after each ubatch */
+	uint64_t publish_ns;             /* the step and its page records (one batch) after each ubatch */
 	uint64_t budget_wait_ns;         /* waiting for the daemon over budget */
 	int attached;
 	uint64_t instance_id;
