@@ -1,0 +1,260 @@
+"""memdecay — Python binding to libmemdecay, the engine side of memdecayd.
+
+A thin ctypes layer (docs/python.md): every call is one call into the C
+library, and one scheduler step is published with one call
+(`Client.publish`, libmemdecay's md_publish_batch: one tail store and at most
+one doorbell however many pages).  Errors are raised as `MemDecayError`, except
+the fail-open answers (`DETACHED`, `FULL`), which are returned.
+
+    from memdecay import Client, Region, labels
+    c = Client(engine_name="my-engine", page_capacity=4096, max_seqs=8)
+    slot, gen = c.page_open(seq=0, first_pos=0, n_tokens=16,
+                            labels=labels([Region.SYSTEM] * 16))
+    b = c.batch()                       # preallocated step buffers
+    b.slots[0] = slot; b.mass[0] = 0.4; b.refresh[0] = 0xffff
+    c.publish(b, n_pages=1, steps=[(0, 1)])
+    for ev in c.poll_commands():
+        ...free the page in the engine...
+        c.page_free(ev.slot, EVICTED)
+"""
+import ctypes
+import enum
+
+from ._lib import (DETACHED, EVICTED, FINISHED, FULL, MemDecayError, load_library,
+                   strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry,
+                   _ParamsView)
+
+__all__ = ["Client", "Batch", "Region", "labels", "MemDecayError", "DETACHED", "FULL",
+           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror"]
+
+PAGE_TOKENS_MAX = 16
+
+
+class Region(enum.IntEnum):
+    """The built-in regions (docs/design.md §4), as the ABI numbers them."""
+    SYSTEM = 0
+    PLAN = 1
+    USER = 2
+    ASSISTANT = 3
+    TOOL_IN = 4
+    TOOL_OUT = 5
+    RETRIEVAL = 6
+    SCRATCHPAD = 7
+
+
+def labels(regions):
+    """Packs up to 16 per-token region ids into a page's 64-bit label word
+    (4 bits a token, token k in bits 4k..4k+3)."""
+    regions = list(regions)
+    if len(regions) > PAGE_TOKENS_MAX:
+        raise ValueError("a page holds at most %d tokens, got %d labels"
+                         % (PAGE_TOKENS_MAX, len(regions)))
+    word = 0
+    for k, r in enumerate(regions):
+        r = int(r)
+        if not 0 <= r < 16:
+            raise ValueError("region id %d at token %d is outside 0..15" % (r, k))
+        word |= r << (4 * k)
+    return word
+
+
+class Batch:
+    """One step's attention, in buffers the C library reads directly.
+
+    `slots` (uint32), `mass` (float32) and `refresh` (uint16) are writable
+    memoryviews of `capacity` entries: fill the first n and pass n to
+    `Client.publish`.  numpy wraps them without a copy
+    (`numpy.frombuffer(b.mass, dtype=numpy.float32)`), and a memoryview slice
+    assignment from an `array.array` is one memcpy."""
+
+    def __init__(self, capacity, max_steps=64):
+        self.capacity = capacity
+        self._slots = (ctypes.c_uint32 * capacity)()
+        self._mass = (ctypes.c_float * capacity)()
+        self._refresh = (ctypes.c_uint16 * capacity)()
+        self.max_steps = max_steps
+        self._step_seqs = (ctypes.c_uint32 * max_steps)()
+        self._step_tokens = (ctypes.c_uint32 * max_steps)()
+        self.slots = memoryview(self._slots).cast("B").cast("I")
+        self.mass = memoryview(self._mass).cast("B").cast("f")
+        self.refresh = memoryview(self._refresh).cast("B").cast("H")
+        self.result = _BatchResult()
+
+
+class Client:
+    """One engine's attachment to memdecayd (libmemdecay's md_client).
+
+    Like the C client it is used by one thread.  With no daemon it is created
+    detached (`attached` False) unless `require_daemon` is set, and every call
+    still keeps the page mirror, so `reattach()` later republishes it."""
+
+    def __init__(self, socket_path=None, engine_name="python", page_tokens=16,
+                 page_capacity=1024, max_seqs=4, policy=None, budget_engine_pages=-1,
+                 budget_sequence_tokens=-1, weight=0.0, tp_rank=0, tp_size=0,
+                 require_daemon=False, library=None):
+        self._lib = load_library(library)
+        self._c = None
+        cfg = _Config()
+        self._lib.md_client_config_init(ctypes.byref(cfg))
+        # keep the encoded strings alive for the create call
+        self._strs = [s.encode() if s is not None else None
+                      for s in (socket_path, engine_name, policy)]
+        cfg.socket_path, cfg.engine_name, cfg.policy = self._strs
+        cfg.page_tokens = page_tokens
+        cfg.page_capacity = page_capacity
+        cfg.max_seqs = max_seqs
+        cfg.tp_rank, cfg.tp_size = tp_rank, tp_size
+        cfg.budget_engine_pages = budget_engine_pages
+        cfg.budget_sequence_tokens = budget_sequence_tokens
+        cfg.weight = weight
+        out = ctypes.c_void_p()
+        create = (self._lib.md_client_create_attached if require_daemon
+                  else self._lib.md_client_create)
+        rc = create(ctypes.byref(cfg), ctypes.byref(out))
+        if rc < 0:
+            where = socket_path or "the default socket"
+            raise MemDecayError(rc, "attach to memdecayd at %s" % where)
+        self._c = out
+        self.page_capacity = page_capacity
+        self.max_seqs = max_seqs
+        self._evicts = (_Evict * 256)()
+        self._slot = ctypes.c_uint32()
+        self._gen = ctypes.c_uint32()
+
+    # ---- lifetime ----
+    def close(self):
+        if self._c:
+            self._lib.md_client_destroy(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check(self, rc, what):
+        if rc < 0 and rc not in (DETACHED, FULL):
+            detail = self._lib.md_client_last_error(self._c) if self._c else None
+            raise MemDecayError(rc, what, detail.decode(errors="replace") if detail else None)
+        return rc
+
+    # ---- state ----
+    @property
+    def attached(self):
+        return bool(self._lib.md_client_attached(self._c))
+
+    @property
+    def engine_id(self):
+        return self._lib.md_client_engine_id(self._c)
+
+    @property
+    def socket_path(self):
+        return self._lib.md_client_socket_path(self._c).decode()
+
+    @property
+    def last_error(self):
+        e = self._lib.md_client_last_error(self._c)
+        return e.decode(errors="replace") if e else ""
+
+    def check(self, timeout_ms=0):
+        """Liveness at a step boundary: True while attached and the daemon alive."""
+        return bool(self._lib.md_client_check(self._c, timeout_ms))
+
+    def reattach(self):
+        rc = self._lib.md_client_reattach(self._c)
+        return rc == 0
+
+    def live_pages(self):
+        return self._lib.md_client_live_pages(self._c)
+
+    def counters(self):
+        c = _Counters()
+        self._lib.md_client_counters(self._c, ctypes.byref(c))
+        return {k: getattr(c, k) for k, _ in _Counters._fields_}
+
+    def params(self):
+        v = _ParamsView()
+        self._check(self._lib.md_client_params(self._c, ctypes.byref(v)), "read parameters")
+        return {k: getattr(v, k) for k, _ in _ParamsView._fields_}
+
+    def page_info(self, slot):
+        e = _PageEntry()
+        self._check(self._lib.md_page_info(self._c, slot, ctypes.byref(e)), "page %d" % slot)
+        return {k: getattr(e, k) for k, _ in _PageEntry._fields_}
+
+    # ---- pages ----
+    def page_open(self, seq, first_pos, n_tokens, labels=0):
+        """Declares a page; returns (slot, generation)."""
+        self._check(self._lib.md_page_open(self._c, seq, first_pos, n_tokens, labels,
+                                           ctypes.byref(self._slot), ctypes.byref(self._gen)),
+                    "open a page of sequence %d at %d" % (seq, first_pos))
+        return self._slot.value, self._gen.value
+
+    def page_grow(self, slot, n_tokens, labels):
+        return self._check(self._lib.md_page_grow(self._c, slot, n_tokens, labels),
+                           "grow page %d" % slot)
+
+    def page_free(self, slot, reason=FINISHED):
+        return self._check(self._lib.md_page_free(self._c, slot, reason), "free page %d" % slot)
+
+    def seq_step(self, seq, n_tokens):
+        return self._check(self._lib.md_seq_step(self._c, seq, n_tokens),
+                           "step sequence %d" % seq)
+
+    def seq_end(self, seq):
+        return self._check(self._lib.md_seq_end(self._c, seq), "end sequence %d" % seq)
+
+    def seq_clock(self, seq):
+        return self._lib.md_seq_clock(self._c, seq)
+
+    def relabel(self, seq, pos0, pos1, region):
+        return self._check(self._lib.md_relabel(self._c, seq, pos0, pos1, int(region)),
+                           "relabel %d..%d of sequence %d" % (pos0, pos1, seq))
+
+    # ---- one step ----
+    def batch(self, capacity=None, max_steps=64):
+        return Batch(capacity or self.page_capacity, max_steps)
+
+    def publish(self, batch, n_pages, steps=(), refresh=True):
+        """Publishes a step: the clock advances in `steps` ((seq, n_tokens)
+        pairs, in order) and batch's first n_pages (slot, mass, refresh)
+        entries, in one call.  Returns the batch's result (steps, published,
+        skipped, dropped); a full ring drops the attention whole and a detached
+        client advances its clocks only (both are counted, not raised)."""
+        n_steps = len(steps)
+        if n_steps > batch.max_steps:
+            raise ValueError("%d steps in one publish, the batch holds %d"
+                             % (n_steps, batch.max_steps))
+        if not 0 <= n_pages <= batch.capacity:
+            raise ValueError("n_pages %d outside 0..%d" % (n_pages, batch.capacity))
+        for i, (q, n) in enumerate(steps):
+            batch._step_seqs[i] = q
+            batch._step_tokens[i] = n
+        self._check(self._lib.md_publish_batch(
+            self._c, batch._step_seqs, batch._step_tokens, n_steps, batch._slots,
+            batch._mass, batch._refresh if refresh else None, n_pages,
+            ctypes.byref(batch.result)), "publish a step of %d pages" % n_pages)
+        return batch.result
+
+    def attn_page(self, slot, mass, refresh_bitmap=0):
+        """One page's attention record (publish() does a whole step at once)."""
+        return self._check(self._lib.md_attn_page(self._c, slot, mass, refresh_bitmap),
+                           "attention for page %d" % slot)
+
+    # ---- commands ----
+    def poll_commands(self):
+        """Pending evict commands whose generation still matches; the engine
+        frees each page and reports it with page_free(slot, EVICTED)."""
+        n = self._check(self._lib.md_poll_commands(self._c, self._evicts, len(self._evicts)),
+                        "poll commands")
+        return [_Evict.from_buffer_copy(self._evicts[i]) for i in range(max(n, 0))]
+
+    def wait_commands(self, timeout_ms):
+        return self._check(self._lib.md_wait_commands(self._c, timeout_ms), "wait for commands")

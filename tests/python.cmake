@@ -1,0 +1,13 @@
+# The Python binding (engine_adapters/python) against the real libmemdecay and
+# a real memdecayd.  Python's interpreter is not built with ASan, so the test
+# runs in the normal build only (no_asan); check_client covers the C side.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_executable(py_layout ${CMAKE_CURRENT_SOURCE_DIR}/python/layout.c)
+  target_link_libraries(py_layout PRIVATE memdecay)
+  add_test(NAME python_binding
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_binding.py)
+  set_tests_properties(python_binding PROPERTIES
+    LABELS "python;no_asan" TIMEOUT 120
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_LAYOUT=$<TARGET_FILE:py_layout>")
+endif()

@@ -1,0 +1,208 @@
+"""test_binding.py — the Python binding (engine_adapters/python/memdecay)
+against the real libmemdecay and a real memdecayd on a Unix socket in a
+temporary directory: struct layouts equal the C compiler's, a step published
+in one call reaches the daemon, its evict commands come back and are applied,
+bad input raises with the call named, and a dead daemon is fail-open.
+
+Environment (set by ctest): MEMDECAY_LIBRARY (libmemdecay.so), MEMDECAY_BIN
+(the directory with memdecayd and memdecayctl), MEMDECAY_LAYOUT (the layout
+program built from layout.c)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "engine_adapters", "python"))
+import memdecay  # noqa: E402
+from memdecay import _lib  # noqa: E402
+
+BIN = os.environ.get("MEMDECAY_BIN", "")
+
+
+def die_with_parent():
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+
+
+class Daemon:
+    def __init__(self, sock):
+        self.sock = sock
+        self.log = open(sock + ".log", "ab")
+        self.p = subprocess.Popen([os.path.join(BIN, "memdecayd"), "--socket", sock,
+                                   "--foreground", "--log-level", "info"],
+                                  stdout=self.log, stderr=self.log, preexec_fn=die_with_parent)
+        t = time.monotonic() + 10
+        while time.monotonic() < t:
+            if self.ctl("ping", check=False).returncode == 0:
+                return
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("memdecayd did not answer on %s" % sock)
+
+    def ctl(self, *args, check=True):
+        r = subprocess.run([os.path.join(BIN, "memdecayctl"), "--socket", self.sock, *args],
+                           capture_output=True, text=True, timeout=10)
+        if check and r.returncode:
+            raise AssertionError("memdecayctl %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def json(self, *args):
+        return json.loads(self.ctl("--json", *args).stdout)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    t = time.monotonic() + timeout
+    while time.monotonic() < t:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class Layout(unittest.TestCase):
+    def test_structs_match_c(self):
+        out = subprocess.run([os.environ["MEMDECAY_LAYOUT"]], capture_output=True, text=True,
+                             check=True).stdout
+        c = json.loads(out)
+        import ctypes
+        for name, cls in _lib.LAYOUTS.items():
+            self.assertEqual(ctypes.sizeof(cls), c[name]["size"], name)
+            got = {f: [getattr(cls, f).offset, getattr(cls, f).size] for f, _ in cls._fields_}
+            self.assertEqual(got, c[name]["fields"], name)
+
+
+class Offline(unittest.TestCase):
+    def test_labels(self):
+        self.assertEqual(memdecay.labels([0, 2, 5]), 0x520)
+        self.assertEqual(memdecay.labels([memdecay.Region.SCRATCHPAD] * 16), 0x7777777777777777)
+        with self.assertRaises(ValueError):
+            memdecay.labels([0] * 17)
+        with self.assertRaises(ValueError):
+            memdecay.labels([16])
+
+    def test_missing_library_names_the_variable(self):
+        with self.assertRaises(OSError) as cm:
+            _lib.load_library("/nonexistent/libmemdecay.so")
+        self.assertIn("MEMDECAY_LIBRARY", str(cm.exception))
+
+    def test_no_daemon_is_fail_open(self):
+        with tempfile.TemporaryDirectory() as d:
+            sock = os.path.join(d, "none.sock")
+            with self.assertRaises(memdecay.MemDecayError) as cm:
+                memdecay.Client(socket_path=sock, require_daemon=True)
+            self.assertIn(sock, str(cm.exception))
+            c = memdecay.Client(socket_path=sock, page_capacity=8)
+            self.assertFalse(c.attached)
+            slot, gen = c.page_open(0, 0, 16, 0)
+            b = c.batch()
+            b.slots[0], b.mass[0] = slot, 0.5
+            r = c.publish(b, 1, steps=[(0, 16)])
+            self.assertEqual(r.published, 0)
+            self.assertEqual(c.seq_clock(0), 16)   # the clock still advances
+            c.close()
+
+
+class WithDaemon(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.d = Daemon(os.path.join(self.dir.name, "memdecayd.sock"))
+
+    def tearDown(self):
+        self.d.stop()
+        self.dir.cleanup()
+
+    def client(self, **kw):
+        return memdecay.Client(socket_path=self.d.sock, require_daemon=True, **kw)
+
+    def test_step_and_evictions(self):
+        budget = 4
+        c = self.client(engine_name="py-test", page_capacity=64, max_seqs=2,
+                        budget_engine_pages=budget, policy="memdecay")
+        self.assertTrue(c.attached)
+        eng = wait_for(lambda: [e for e in self.d.json("engines")["engines"]
+                                if e["name"] == "py-test"], what="the engine in memdecayctl")
+        self.assertEqual(eng[0]["id"], c.engine_id)
+        system = memdecay.labels([memdecay.Region.SYSTEM] * 16)
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        b = c.batch()
+        live = {}
+        evicted = []
+        for step in range(12):
+            slot, _ = c.page_open(0, step * 16, 16, system if step == 0 else user)
+            live[slot] = step
+            n = 0
+            for s in live:
+                b.slots[n], b.mass[n], b.refresh[n] = s, 1.0 / len(live), 0
+                n += 1
+            r = c.publish(b, n, steps=[(0, 16)])
+            self.assertEqual((r.steps, r.published, r.skipped, r.dropped), (1, n, 0, 0))
+            for ev in wait_for(lambda: c.poll_commands() if len(live) > budget + 1 else [True],
+                               what="evict commands at step %d" % step):
+                if ev is True:
+                    break
+                self.assertIn(ev.slot, live)
+                evicted.append(live.pop(ev.slot))
+                c.page_free(ev.slot, memdecay.EVICTED)
+        self.assertTrue(evicted, "no page was evicted over a budget of %d" % budget)
+        self.assertNotIn(0, evicted, "the system page was evicted")
+        self.assertLessEqual(c.live_pages(), budget + 1)
+        self.assertEqual(c.seq_clock(0), 12 * 16)
+        st = wait_for(lambda: [e for e in self.d.json("stats")["engines"]
+                               if e["id"] == c.engine_id and e["records"] >= 12 * 2],
+                      what="the daemon to count the records")[0]
+        self.assertEqual(st["violations"], 0)
+        self.assertGreaterEqual(c.counters()["cmds_applied"], len(evicted))
+        c.close()
+
+    def test_bad_input_raises(self):
+        c = self.client(page_capacity=8)
+        b = c.batch()
+        b.slots[0] = 8   # past page_capacity
+        with self.assertRaises(memdecay.MemDecayError) as cm:
+            c.publish(b, 1, steps=[(0, 1)])
+        self.assertEqual(cm.exception.code, -22)
+        self.assertIn("publish", str(cm.exception))
+        self.assertEqual(c.seq_clock(0), 0)   # nothing applied
+        with self.assertRaises(ValueError):
+            c.publish(b, 9)
+        with self.assertRaises(memdecay.MemDecayError):
+            c.page_open(5, 0, 16, 0)   # sequence past max_seqs
+        c.close()
+
+    def test_daemon_death_and_reattach(self):
+        c = self.client(engine_name="py-reattach", page_capacity=8)
+        slot, _ = c.page_open(0, 0, 16, 0)
+        self.d.stop(signal.SIGKILL)
+        wait_for(lambda: not c.check(50), what="the client to notice the dead daemon")
+        b = c.batch()
+        b.slots[0], b.mass[0] = slot, 0.5
+        r = c.publish(b, 1, steps=[(0, 1)])   # fail-open: no raise
+        self.assertEqual(r.published, 0)
+        self.d = Daemon(self.d.sock)
+        self.assertTrue(c.reattach())
+        wait_for(lambda: [e for e in self.d.json("stats")["engines"]
+                          if e["id"] == c.engine_id and e["pages_live"] == 1],
+                 what="the live page republished to the new daemon")
+        c.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
