@@ -156,7 +156,7 @@ static uint32_t tokens_refresh(struct md__daemon *d, struct md__engine *e,
 	int pol = d->params.policy;
 	if (md__host_engine_get_opts(d->host, e->id, &o) == 0 && o.policy >= 0)
 		pol = o.policy;
-	int rel = pol == MD_POLICY_MEMDECAY_NORM || d->params.norm == MD_NORM_RELATIVE;
+	int rel = md__policy_always_relative((uint32_t)pol) || d->params.norm == MD_NORM_RELATIVE;
 	uint32_t bits = 0;
 	double s = 0;
 	for (unsigned i = 0; i < r->count && i < MD_ATTN_TOKENS_PER_REC; i++) {

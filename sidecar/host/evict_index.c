@@ -173,7 +173,7 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
 {
 	e->dcls[slot] = MD__NO_CLASS;
-	if (e->policy > MD_POLICY_MEMDECAY_NORM) {
+	if (!e->step_decay) {
 		s->nodecay++;
 		return;
 	}
@@ -283,6 +283,8 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 {
 	e->index_epoch = h->params_epoch;
 	e->policy = md__engine_policy(h, e);
+	e->step_decay = md__policy_get(e->policy)->step_decay;
+	e->attn_lowers = md__policy_get(e->policy)->attn_lowers;
 	e->norm_mode = md__engine_norm(h, e);
 	e->n_cls = 0;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
@@ -656,7 +658,7 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	}
 	for (size_t i = sc->nt / 2; i-- > 0;)
 		t_sift_down(sc, i);
-	if (e->policy <= MD_POLICY_MEMDECAY_NORM && e->n_cls)
+	if (e->step_decay && e->n_cls)
 		sc->d = malloc(nseqs * e->n_cls * sizeof(struct dhead));
 	return 0;
 }

@@ -227,8 +227,8 @@ uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e)
 
 uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e)
 {
-	return md__engine_policy(h, e) == MD_POLICY_MEMDECAY_NORM ? MD_NORM_RELATIVE
-								  : h->params.norm;
+	return md__policy_get(md__engine_policy(h, e))->always_relative ? MD_NORM_RELATIVE
+									 : h->params.norm;
 }
 
 uint64_t md__engine_seq_budget_tokens(const struct md__host *h, const struct md__engine *e)

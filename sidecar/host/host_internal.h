@@ -100,6 +100,7 @@ struct md__engine {
 	int k_dirty;
 	uint64_t index_epoch;     /* params epoch the index was built for */
 	uint32_t policy;          /* effective policy of index_epoch */
+	uint8_t step_decay, attn_lowers; /* its traits (struct md__policy), set with it */
 	uint32_t norm_mode;
 	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
 	uint64_t records;

@@ -453,7 +453,7 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
-	if (e->policy > MD_POLICY_MEMDECAY_NORM && e->policy != MD_POLICY_MEMDECAY_TURN)
+	if (!e->attn_lowers)
 		return; /* h2o: only grows; recency, random: fixed */
 	/* inline memdecay bound: this runs once per attention record */
 	double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
@@ -520,8 +520,7 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * sum * nl;
 	pg->cum_raw += sum;
 	uint32_t pol = md__engine_policy(h, e);
-	int rel = pol == MD_POLICY_MEMDECAY_NORM || (pol != MD_POLICY_MEMDECAY_NORM &&
-						      h->params.norm == MD_NORM_RELATIVE);
+	int rel = md__policy_get(pol)->always_relative || h->params.norm == MD_NORM_RELATIVE;
 	double tau = h->params.tau;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
 	for (unsigned i = 0; i < c; i++) {

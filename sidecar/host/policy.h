@@ -41,6 +41,14 @@ struct md__policy {
 	int (*is_sink)(const struct md__page *pg, const struct md__params *p);
 	/* extra protected newest pages of a sequence whose budget is budget_pages */
 	uint32_t (*window_pages)(const struct md__params *p, uint64_t budget_pages);
+	/* What the host may assume of the score; a new policy states each one
+	 * (docs/policies.md "Adding a policy"). */
+	unsigned step_decay : 1;      /* the static part decays per step at the regions' λ:
+					 the decay heaps' bound (evict_index.c) holds */
+	unsigned attn_lowers : 1;     /* an attention record can lower the score (EWMA):
+					 heap keys are lowered on attention */
+	unsigned always_relative : 1; /* attention relative to the uniform level, whatever
+					 memdecay.norm says */
 };
 
 extern const struct md__policy md__policy_memdecay;
@@ -50,7 +58,18 @@ extern const struct md__policy md__policy_recency;
 extern const struct md__policy md__policy_random;
 extern const struct md__policy md__policy_memdecay_turn;
 
-const struct md__policy *md__policy_get(uint32_t id);
+/* inline: the attention path asks it once per record */
+static inline const struct md__policy *md__policy_get(uint32_t id)
+{
+	switch (id) {
+	case MD_POLICY_MEMDECAY_NORM: return &md__policy_memdecay_norm;
+	case MD_POLICY_H2O: return &md__policy_h2o;
+	case MD_POLICY_RECENCY: return &md__policy_recency;
+	case MD_POLICY_RANDOM: return &md__policy_random;
+	case MD_POLICY_MEMDECAY_TURN: return &md__policy_memdecay_turn;
+	default: return &md__policy_memdecay;
+	}
+}
 
 /* shared by memdecay and memdecay-norm */
 double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,

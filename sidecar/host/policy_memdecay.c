@@ -71,6 +71,8 @@ const struct md__policy md__policy_memdecay = {
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,
+	.step_decay = 1,
+	.attn_lowers = 1,
 };
 
 double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p)
@@ -80,14 +82,8 @@ double md__policy_no_static_bound(const struct md__page *pg, const struct md__pa
 	return 0.0;
 }
 
-const struct md__policy *md__policy_get(uint32_t id)
+int md__policy_always_relative(uint32_t policy)
 {
-	switch (id) {
-	case MD_POLICY_MEMDECAY_NORM: return &md__policy_memdecay_norm;
-	case MD_POLICY_H2O: return &md__policy_h2o;
-	case MD_POLICY_RECENCY: return &md__policy_recency;
-	case MD_POLICY_RANDOM: return &md__policy_random;
-	case MD_POLICY_MEMDECAY_TURN: return &md__policy_memdecay_turn;
-	default: return &md__policy_memdecay;
-	}
+	return md__policy_get(policy)->always_relative;
 }
+

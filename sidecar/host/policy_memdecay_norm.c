@@ -24,4 +24,7 @@ const struct md__policy md__policy_memdecay_norm = {
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,
+	.step_decay = 1,
+	.attn_lowers = 1,
+	.always_relative = 1,
 };

@@ -69,4 +69,6 @@ const struct md__policy md__policy_memdecay_turn = {
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,
+	.step_decay = 0,   /* ages count turns, not steps: no per-step decay bound */
+	.attn_lowers = 1,
 };
