@@ -154,6 +154,7 @@ class WithDaemon(unittest.TestCase):
                 n += 1
             r = c.publish(b, n, steps=[(0, 16)])
             self.assertEqual((r.steps, r.published, r.skipped, r.dropped), (1, n, 0, 0))
+            self.assertTrue(c.check())
             for ev in wait_for(lambda: c.poll_commands() if len(live) > budget + 1 else [True],
                                what="evict commands at step %d" % step):
                 if ev is True:

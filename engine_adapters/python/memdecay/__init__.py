@@ -16,6 +16,7 @@ the fail-open answers (`DETACHED`, `FULL`), which are returned.
     for ev in c.poll_commands():
         ...free the page in the engine...
         c.page_free(ev.slot, EVICTED)
+    c.check()                           # every step: heartbeat, liveness
 """
 import ctypes
 import enum
