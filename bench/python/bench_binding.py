@@ -74,50 +74,35 @@ def main():
         # Each step is timed alone, with a pause after it (an engine's step
         # is milliseconds of compute) so that the daemon drains the ring and
         # goes to sleep as it would between real steps: the doorbell is paid.
-        def batch_block():
+        def block(step):
             out = []
             for _ in range(a.steps):
                 t0 = time.perf_counter_ns()
-                c.publish(b, a.pages, steps=[(0, 1)])
+                step()
                 out.append((time.perf_counter_ns() - t0) / 1e3)
                 c.check()   # the step boundary: heartbeat and liveness
                 time.sleep(a.pause_ms / 1e3)
             return out
 
-        def batch_empty_block():
-            # the same step with no pages: the call, the STEP record and the
-            # doorbell to the sleeping daemon, without the page records
-            out = []
-            for _ in range(a.steps):
-                t0 = time.perf_counter_ns()
-                c.publish(b, 0, steps=[(0, 1)])
-                out.append((time.perf_counter_ns() - t0) / 1e3)
-                c.check()
-                time.sleep(a.pause_ms / 1e3)
-            return out
+        def per_page_step():
+            c.seq_step(0, 1)
+            for s in slots:
+                c.attn_page(s, mass, 1)
 
-        def per_page_block():
-            out = []
-            for _ in range(a.steps):
-                t0 = time.perf_counter_ns()
-                c.seq_step(0, 1)
-                for s in slots:
-                    c.attn_page(s, mass, 1)
-                out.append((time.perf_counter_ns() - t0) / 1e3)
-                c.check()
-                time.sleep(a.pause_ms / 1e3)
-            return out
+        # batch_empty: the same step with no pages (the call, the STEP record
+        # and the doorbell to the sleeping daemon, without the page records)
+        variants = [("batch", lambda: c.publish(b, a.pages, steps=[(0, 1)])),
+                    ("batch_empty", lambda: c.publish(b, 0, steps=[(0, 1)])),
+                    ("per_page", per_page_step)]
 
-        runs = {"batch": [], "batch_empty": [], "per_page": []}
+        runs = {name: [] for name, _ in variants}
         drops = {k: 0 for k in runs}
         print("bench_binding: %d pages, %d blocks of %d steps each way ..."
               % (a.pages, a.blocks, a.steps), file=sys.stderr)
         for k in range(a.blocks):
-            order = [("batch", batch_block), ("batch_empty", batch_empty_block),
-                     ("per_page", per_page_block)]
-            for name, f in order if k % 2 == 0 else order[::-1]:
+            for name, step in variants if k % 2 == 0 else variants[::-1]:
                 d0 = c.counters()["attn_dropped"]
-                runs[name].extend(f())
+                runs[name].extend(block(step))
                 drops[name] += c.counters()["attn_dropped"] - d0
         dropped = sum(drops.values())
         c.close()
