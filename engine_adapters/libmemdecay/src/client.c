@@ -708,6 +708,20 @@ static int attn_dropped(struct md_client *c)
 	return MD_EFULL;
 }
 
+/* An ATTN_PAGE record for a live slot, as both publish paths write it. */
+static void fill_attn_page(const struct md_client *c, struct md_stats_rec *r, uint32_t slot,
+			   float mass, uint16_t refresh_bitmap)
+{
+	const struct md_page_entry *m = &c->mirror[slot];
+	r->type = MD_REC_ATTN_PAGE;
+	r->seq = m->seq;
+	r->slot = slot;
+	r->gen = m->generation;
+	r->clock = c->clock[m->seq];
+	r->u.attn_page.mass = mass;
+	r->u.attn_page.refresh = (uint16_t)(refresh_bitmap & ((1u << m->n_tokens) - 1u));
+}
+
 MD__EXPORT int md_attn_page(md_client *c, uint32_t slot, float mass, uint16_t refresh_bitmap)
 {
 	if (!live_slot(c, slot))
@@ -719,14 +733,7 @@ MD__EXPORT int md_attn_page(md_client *c, uint32_t slot, float mass, uint16_t re
 	struct md_stats_rec *r = attn_room(c, 1) ? rec_reserve(c) : NULL;
 	if (!r)
 		return attn_dropped(c);
-	const struct md_page_entry *m = &c->mirror[slot];
-	r->type = MD_REC_ATTN_PAGE;
-	r->seq = m->seq;
-	r->slot = slot;
-	r->gen = m->generation;
-	r->clock = c->clock[m->seq];
-	r->u.attn_page.mass = mass;
-	r->u.attn_page.refresh = (uint16_t)(refresh_bitmap & ((1u << m->n_tokens) - 1u));
+	fill_attn_page(c, r, slot, mass, refresh_bitmap);
 	rec_publish(c, r);
 	return 0;
 }
@@ -839,20 +846,11 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 			out.dropped = live;
 		} else {
 			for (uint32_t i = 0; i < n_pages; i++) {
-				const struct md_page_entry *m = &c->mirror[slots[i]];
-				if (m->state != MD_PAGE_LIVE)
+				if (c->mirror[slots[i]].state != MD_PAGE_LIVE)
 					continue;
-				struct md_stats_rec *r = md_ring_reserve_at(ring, k);
+				struct md_stats_rec *r = md_ring_reserve_at(ring, k++);
 				memset(r, 0, sizeof(*r));
-				r->type = MD_REC_ATTN_PAGE;
-				r->seq = m->seq;
-				r->slot = slots[i];
-				r->gen = m->generation;
-				r->clock = c->clock[m->seq];
-				r->u.attn_page.mass = mass[i];
-				r->u.attn_page.refresh = refresh
-					? (uint16_t)(refresh[i] & ((1u << m->n_tokens) - 1u)) : 0;
-				k++;
+				fill_attn_page(c, r, slots[i], mass[i], refresh ? refresh[i] : 0);
 			}
 			out.published = live;
 		}
