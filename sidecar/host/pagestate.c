@@ -519,8 +519,7 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * sum;
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * sum * nl;
 	pg->cum_raw += sum;
-	uint32_t pol = md__engine_policy(h, e);
-	int rel = md__policy_get(pol)->always_relative || h->params.norm == MD_NORM_RELATIVE;
+	int rel = md__engine_norm(h, e) == MD_NORM_RELATIVE;
 	double tau = h->params.tau;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
 	for (unsigned i = 0; i < c; i++) {

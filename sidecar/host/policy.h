@@ -58,7 +58,7 @@ extern const struct md__policy md__policy_recency;
 extern const struct md__policy md__policy_random;
 extern const struct md__policy md__policy_memdecay_turn;
 
-/* inline: the attention path asks it once per record */
+/* inline: asked once per attention-tokens record (md__engine_norm) */
 static inline const struct md__policy *md__policy_get(uint32_t id)
 {
 	switch (id) {
