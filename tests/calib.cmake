@@ -4,8 +4,7 @@
 # CUDA stats-ring HELLO: refused by a build without CUDA, a clean no-device
 # error from a CUDA build on a machine without a GPU.
 if(TARGET md_calib)
-  add_executable(check_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/check_calibrate.c
-    ${PROJECT_SOURCE_DIR}/sidecar/sbuf.c)
+  add_executable(check_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/check_calibrate.c)
   target_link_libraries(check_calibrate PRIVATE md_calib PkgConfig::CHECK m)
   target_compile_definitions(check_calibrate PRIVATE _GNU_SOURCE)
   add_test(NAME check_calibrate COMMAND check_calibrate)
