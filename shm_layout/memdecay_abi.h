@@ -240,7 +240,7 @@ struct md_daemon_ctrl {
 	uint32_t sleeping;            /* 1: daemon waits on its doorbell */
 	uint32_t shutting_down;       /* 1: daemon is stopping; detach */
 	uint64_t instance_id;
-	uint64_t attn_dropped_seen;   /* daemon's count of records it rejected */
+	uint64_t records_rejected;    /* the daemon's count of this engine's rejected records: violations + torn */
 	uint8_t pad2[MD_CACHELINE - 32];
 };
 

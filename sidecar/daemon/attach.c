@@ -39,24 +39,24 @@ static uint32_t pow2_at_least(uint64_t v, uint32_t cap)
 	return (uint32_t)(p > cap ? cap : p);
 }
 
-struct md__engine *md__engine_find(struct md__daemon *d, uint32_t id)
+struct md__peer *md__engine_find(struct md__daemon *d, uint32_t id)
 {
-	for (struct md__engine *e = d->engines; e; e = e->next)
+	for (struct md__peer *e = d->engines; e; e = e->next)
 		if (e->id == id)
 			return e;
 	return NULL;
 }
 
-struct md__engine *md__engine_lookup(struct md__daemon *d, const char *s)
+struct md__peer *md__engine_lookup(struct md__daemon *d, const char *s)
 {
 	uint64_t id;
 	if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX) {
-		struct md__engine *e = md__engine_find(d, (uint32_t)id);
+		struct md__peer *e = md__engine_find(d, (uint32_t)id);
 		if (e)
 			return e;
 	}
-	struct md__engine *hit = NULL;
-	for (struct md__engine *e = d->engines; e; e = e->next) {
+	struct md__peer *hit = NULL;
+	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (!strcmp(e->name, s)) {
 			if (hit)
 				return NULL; /* ambiguous: ask for the id */
@@ -67,7 +67,7 @@ struct md__engine *md__engine_lookup(struct md__daemon *d, const char *s)
 }
 
 static void seg_header(struct md_segment_header *h, uint32_t kind, uint64_t size,
-		       const struct md__engine *e, uint64_t instance)
+		       const struct md__peer *e, uint64_t instance)
 {
 	h->abi_major = MD_ABI_MAJOR;
 	h->abi_minor = MD_ABI_MINOR;
@@ -96,7 +96,7 @@ static int make_memfd(const char *name, uint64_t size)
 	return fd;
 }
 
-static void engine_free(struct md__engine *e)
+static void engine_free(struct md__peer *e)
 {
 	if (e->eseg)
 		munmap((void *)e->eseg, e->eseg_size);
@@ -117,7 +117,7 @@ static void engine_free(struct md__engine *e)
 
 static void bell_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf, void *ud)
 {
-	struct md__engine *e = ud;
+	struct md__peer *e = ud;
 	e->d->idle_wake = 1;
 	if (res < 0 && res != -EAGAIN && res != -EINTR)
 		md__warn("engine %u (%s): doorbell read failed: %s", e->id, e->name, strerror(-res));
@@ -193,7 +193,7 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	/* What one peer may hold: engines in all, engines and segment bytes per uid. */
 	uint32_t uid_engines = 0;
 	uint64_t uid_bytes = 0;
-	for (struct md__engine *k = d->engines; k; k = k->next)
+	for (struct md__peer *k = d->engines; k; k = k->next)
 		if (k->uid == c->uid) {
 			uid_engines++;
 			uid_bytes += k->eseg_size + k->dseg_size;
@@ -211,7 +211,7 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 		return -EUSERS;
 	}
 
-	struct md__engine *e = calloc(1, sizeof(*e));
+	struct md__peer *e = calloc(1, sizeof(*e));
 	if (!e) {
 		refuse(d, c, "out of memory");
 		return -ENOMEM;
@@ -391,9 +391,9 @@ fail:
 	return rc;
 }
 
-void md__engine_detach(struct md__daemon *d, struct md__engine *e, int reason, const char *why)
+void md__engine_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why)
 {
-	struct md__engine **pp = &d->engines;
+	struct md__peer **pp = &d->engines;
 	while (*pp && *pp != e)
 		pp = &(*pp)->next;
 	if (!*pp)

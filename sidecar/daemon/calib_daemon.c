@@ -73,7 +73,7 @@ void md__calib_daemon_free(struct md__daemon *d)
 	d->calib = NULL;
 }
 
-static void jput(struct md__daemon *d, const struct md__engine *e, uint8_t type, uint8_t n,
+static void jput(struct md__daemon *d, const struct md__peer *e, uint8_t type, uint8_t n,
 		 uint16_t refresh, uint32_t seq, uint32_t slot, uint32_t gen, float mass,
 		 uint64_t clock, uint64_t labels)
 {
@@ -85,7 +85,7 @@ static void jput(struct md__daemon *d, const struct md__engine *e, uint8_t type,
 	md__journal_put(d->calib->journal, &j);
 }
 
-void md__calib_engine_attached(struct md__daemon *d, struct md__engine *e)
+void md__calib_engine_attached(struct md__daemon *d, struct md__peer *e)
 {
 	if (!d->calib)
 		return;
@@ -100,7 +100,7 @@ void md__calib_engine_attached(struct md__daemon *d, struct md__engine *e)
 
 /* STEP records are not journaled (one per token); the clocks they leave are,
  * where they decide something: before live tokens end. */
-static void journal_clocks(struct md__daemon *d, struct md__engine *e)
+static void journal_clocks(struct md__daemon *d, struct md__peer *e)
 {
 	if (!d->calib->journal)
 		return;
@@ -111,7 +111,7 @@ static void journal_clocks(struct md__daemon *d, struct md__engine *e)
 	}
 }
 
-void md__calib_engine_detached(struct md__daemon *d, struct md__engine *e)
+void md__calib_engine_detached(struct md__daemon *d, struct md__peer *e)
 {
 	if (!e->calib)
 		return;
@@ -122,7 +122,7 @@ void md__calib_engine_detached(struct md__daemon *d, struct md__engine *e)
 	jput(d, e, MD__J_DETACH, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
-void md__calib_engine_resync(struct md__daemon *d, struct md__engine *e)
+void md__calib_engine_resync(struct md__daemon *d, struct md__peer *e)
 {
 	/* The tracker cannot know the births of pages it only sees in the
 	 * table: what it followed ends here, pages opened later are followed. */
@@ -135,7 +135,7 @@ void md__calib_engine_resync(struct md__daemon *d, struct md__engine *e)
 
 struct relabel_ctx {
 	struct md__daemon *d;
-	struct md__engine *e;
+	struct md__peer *e;
 	uint64_t clock;
 };
 
@@ -147,7 +147,7 @@ static void relabel_cb(uint32_t slot, uint32_t gen, uint32_t seq, uint64_t label
 
 /* The refresh rule of the host for ATTN_TOKENS (mass, normalized if the
  * engine's policy is, against τ). */
-static uint32_t tokens_refresh(struct md__daemon *d, struct md__engine *e,
+static uint32_t tokens_refresh(struct md__daemon *d, struct md__peer *e,
 			       const struct md_stats_rec *r, float *sum)
 {
 	uint32_t seq = md__calib_page_seq(e->calib, r->slot, r->gen);
@@ -169,7 +169,7 @@ static uint32_t tokens_refresh(struct md__daemon *d, struct md__engine *e,
 	return bits;
 }
 
-void md__calib_observe(struct md__daemon *d, struct md__engine *e, const struct md_stats_rec *r)
+void md__calib_observe(struct md__daemon *d, struct md__peer *e, const struct md_stats_rec *r)
 {
 	struct md__calib_tracker *t = e->calib;
 	if (!t)
@@ -265,7 +265,7 @@ int md__calib_control(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 	}
 	*st = c->stats;
 	unsigned n_eng = 0;
-	for (struct md__engine *e = d->engines; e; e = e->next, n_eng++)
+	for (struct md__peer *e = d->engines; e; e = e->next, n_eng++)
 		if (e->calib)
 			md__calib_tracker_peek(e->calib, st);
 	md__calib_names names;

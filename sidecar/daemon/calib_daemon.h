@@ -14,7 +14,7 @@
 #include "memdecay_abi.h"
 
 struct md__daemon;
-struct md__engine;
+struct md__peer;
 struct md__ctl_req;
 struct md__sbuf;
 
@@ -30,11 +30,11 @@ int md__calib_daemon_init(struct md__daemon *d, const char *journal_path, uint64
 			  uint32_t grace_steps, char *err, size_t errlen);
 void md__calib_daemon_free(struct md__daemon *d);
 
-void md__calib_engine_attached(struct md__daemon *d, struct md__engine *e);
-void md__calib_engine_detached(struct md__daemon *d, struct md__engine *e);
-void md__calib_engine_resync(struct md__daemon *d, struct md__engine *e);
+void md__calib_engine_attached(struct md__daemon *d, struct md__peer *e);
+void md__calib_engine_detached(struct md__daemon *d, struct md__peer *e);
+void md__calib_engine_resync(struct md__daemon *d, struct md__peer *e);
 /* One record md__host_ingest accepted. */
-void md__calib_observe(struct md__daemon *d, struct md__engine *e, const struct md_stats_rec *r);
+void md__calib_observe(struct md__daemon *d, struct md__peer *e, const struct md_stats_rec *r);
 /* Writes buffered journal bytes (bounded); tick: also small remainders. */
 void md__calib_flush(struct md__daemon *d, int tick);
 

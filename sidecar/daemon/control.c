@@ -28,7 +28,7 @@ static int is_admin(void)
 	return !cur_conn || cur_conn->admin;
 }
 
-static int visible(const struct md__engine *e)
+static int visible(const struct md__peer *e)
 {
 	return is_admin() || e->uid == cur_conn->uid;
 }
@@ -160,10 +160,10 @@ static int cmd_set(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 	return 0;
 }
 
-static struct md__engine *need_engine(struct md__daemon *d, const char *s, char *err,
+static struct md__peer *need_engine(struct md__daemon *d, const char *s, char *err,
 				      size_t errlen)
 {
-	struct md__engine *e = NULL;
+	struct md__peer *e = NULL;
 	if (is_admin()) {
 		e = md__engine_lookup(d, s);
 	} else {
@@ -174,7 +174,7 @@ static struct md__engine *need_engine(struct md__daemon *d, const char *s, char 
 		    (e = md__engine_find(d, (uint32_t)id)) && !visible(e))
 			e = NULL;
 		if (!e) {
-			for (struct md__engine *k = d->engines; k; k = k->next) {
+			for (struct md__peer *k = d->engines; k; k = k->next) {
 				if (!visible(k) || strcmp(k->name, s))
 					continue;
 				if (e) {
@@ -191,7 +191,7 @@ static struct md__engine *need_engine(struct md__daemon *d, const char *s, char 
 	return e;
 }
 
-static int engine_opts_apply(struct md__daemon *d, struct md__engine *e,
+static int engine_opts_apply(struct md__daemon *d, struct md__peer *e,
 			     const struct md__engine_opts *o, char *err, size_t errlen)
 {
 	int rc = md__host_engine_set_opts(d->host, e->id, o);
@@ -216,7 +216,7 @@ static int cmd_policy(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 		return -EINVAL;
 	}
 	if (r->engine) {
-		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		struct md__peer *e = need_engine(d, r->engine, err, errlen);
 		if (!e)
 			return -ENOENT;
 		struct md__engine_opts o;
@@ -244,7 +244,7 @@ static int cmd_budget(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 		      char *err, size_t errlen)
 {
 	if (r->engine) {
-		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		struct md__peer *e = need_engine(d, r->engine, err, errlen);
 		if (!e)
 			return -ENOENT;
 		if (r->number > INT64_MAX) {
@@ -278,15 +278,15 @@ static int cmd_budget(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 }
 
 /* Engines in attach order (the list is newest first). */
-static size_t engines_in_order(struct md__daemon *d, struct md__engine **out, size_t cap)
+static size_t engines_in_order(struct md__daemon *d, struct md__peer **out, size_t cap)
 {
 	size_t n = 0;
 	(void)d;
-	for (struct md__engine *e = d->engines; e && n < cap; e = e->next)
+	for (struct md__peer *e = d->engines; e && n < cap; e = e->next)
 		if (visible(e))
 			out[n++] = e;
 	for (size_t i = 0; i < n / 2; i++) {
-		struct md__engine *t = out[i];
+		struct md__peer *t = out[i];
 		out[i] = out[n - 1 - i];
 		out[n - 1 - i] = t;
 	}
@@ -295,7 +295,7 @@ static size_t engines_in_order(struct md__daemon *d, struct md__engine **out, si
 
 #define ENGINES_MAX 1024
 
-static double engine_weight(struct md__daemon *d, const struct md__engine *e)
+static double engine_weight(struct md__daemon *d, const struct md__peer *e)
 {
 	struct md__engine_opts o;
 	if (md__host_engine_get_opts(d->host, e->id, &o) < 0)
@@ -306,7 +306,7 @@ static double engine_weight(struct md__daemon *d, const struct md__engine *e)
 static int cmd_weight(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
 		      char *err, size_t errlen)
 {
-	struct md__engine *e = need_engine(d, r->engine, err, errlen);
+	struct md__peer *e = need_engine(d, r->engine, err, errlen);
 	if (!e)
 		return -ENOENT;
 	struct md__engine_opts o;
@@ -324,7 +324,7 @@ static int cmd_weight(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 
 static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b)
 {
-	struct md__engine *list[ENGINES_MAX];
+	struct md__peer *list[ENGINES_MAX];
 	size_t n = engines_in_order(d, list, ENGINES_MAX);
 	uint64_t now = md__now_ns();
 	if (r->json)
@@ -334,7 +334,7 @@ static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__s
 				"PID", "POLICY", "PAGES", "BUDGET", "CAPACITY", "P", "MAX_SEQS",
 				"ATTACHED");
 	for (size_t i = 0; i < n; i++) {
-		struct md__engine *e = list[i];
+		struct md__peer *e = list[i];
 		struct md__engine_stats st;
 		memset(&st, 0, sizeof(st));
 		md__host_engine_stats(d->host, e->id, &st);
@@ -367,7 +367,7 @@ static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__s
 	return 0;
 }
 
-static void stats_engine_json(struct md__daemon *d, struct md__engine *e, struct md__sbuf *b)
+static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct md__sbuf *b)
 {
 	struct md__engine_stats st;
 	memset(&st, 0, sizeof(st));
@@ -424,7 +424,7 @@ static void stats_engine_json(struct md__daemon *d, struct md__engine *e, struct
 			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
 }
 
-static void stats_engine_text(struct md__daemon *d, struct md__engine *e, struct md__sbuf *b)
+static void stats_engine_text(struct md__daemon *d, struct md__peer *e, struct md__sbuf *b)
 {
 	struct md__engine_stats st;
 	memset(&st, 0, sizeof(st));
@@ -473,10 +473,10 @@ static void stats_engine_text(struct md__daemon *d, struct md__engine *e, struct
 static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
 		     size_t errlen)
 {
-	struct md__engine *only = NULL;
+	struct md__peer *only = NULL;
 	if (r->engine && !(only = need_engine(d, r->engine, err, errlen)))
 		return -ENOENT;
-	struct md__engine *list[ENGINES_MAX];
+	struct md__peer *list[ENGINES_MAX];
 	size_t n = engines_in_order(d, list, ENGINES_MAX);
 	double up = (double)(md__now_ns() - d->start_ns) / 1e9;
 	if (r->json) {
@@ -538,7 +538,7 @@ static int cmd_top(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 {
 	uint32_t id = UINT32_MAX;
 	if (r->engine) {
-		struct md__engine *e = need_engine(d, r->engine, err, errlen);
+		struct md__peer *e = need_engine(d, r->engine, err, errlen);
 		if (!e)
 			return -ENOENT;
 		id = e->id;
@@ -591,7 +591,7 @@ static void prom_name(struct md__sbuf *b, const char *s)
 		md__sbuf_printf(b, (*s == '\\' || *s == '"') ? "\\%c" : "%c", *s);
 }
 
-static void prom_engine_labels(struct md__sbuf *b, const struct md__engine *e)
+static void prom_engine_labels(struct md__sbuf *b, const struct md__peer *e)
 {
 	md__sbuf_printf(b, "engine=\"%u\",name=\"", e->id);
 	prom_name(b, e->name);
@@ -600,7 +600,7 @@ static void prom_engine_labels(struct md__sbuf *b, const struct md__engine *e)
 
 static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 {
-	struct md__engine *list[ENGINES_MAX];
+	struct md__peer *list[ENGINES_MAX];
 	size_t n = engines_in_order(d, list, ENGINES_MAX);
 	struct md__engine_stats *st = calloc(n ? n : 1, sizeof(*st));
 	if (!st) {
@@ -633,7 +633,7 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	do {                                                                   \
 		prom_head(b, metric, type, help);                              \
 		for (size_t i = 0; i < n; i++) {                               \
-			const struct md__engine *e = list[i];                  \
+			const struct md__peer *e = list[i];                  \
 			const struct md__engine_stats *s = &st[i];             \
 			(void)s;                                               \
 			md__sbuf_printf(b, "%s{", metric);                     \

@@ -37,7 +37,7 @@ int md__cuda_transport_admit(char *err, size_t errlen)
 	return 0;
 }
 
-int md__cuda_transport_open(struct md__engine *e, char *err, size_t errlen)
+int md__cuda_transport_open(struct md__peer *e, char *err, size_t errlen)
 {
 	if (!e->cuda_export_off) {
 		snprintf(err, errlen, "no CUDA export record in this engine's segment");
@@ -61,7 +61,7 @@ int md__cuda_transport_open(struct md__engine *e, char *err, size_t errlen)
 	return 0;
 }
 
-int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e)
+int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e)
 {
 	char err[256];
 	if (!e->cuda_rd) {
@@ -94,7 +94,7 @@ int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e)
 	return n;
 }
 
-void md__cuda_transport_close(struct md__engine *e)
+void md__cuda_transport_close(struct md__peer *e)
 {
 	if (e->cuda_rd)
 		mdk_cuda_ring_close(e->cuda_rd);

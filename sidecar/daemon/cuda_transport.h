@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 struct md__daemon;
-struct md__engine;
+struct md__peer;
 
 enum md__stats_transport {
 	MD__STATS_HOST = 0,
@@ -26,17 +26,17 @@ int md__cuda_transport_admit(char *err, size_t errlen);
 /* Validates the export record in the engine segment (copied out first) and
  * opens it.  0; -EAGAIN while the engine has not published it yet; other
  * negative errno with the message. */
-int md__cuda_transport_open(struct md__engine *e, char *err, size_t errlen);
+int md__cuda_transport_open(struct md__peer *e, char *err, size_t errlen);
 
 /* Each service pass: open once published, then drain a bounded batch into
  * the ingest path.  Returns records ingested, or -1 if the engine was
  * detached (open or drain failed). */
-int md__cuda_transport_service(struct md__daemon *d, struct md__engine *e);
+int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e);
 
-void md__cuda_transport_close(struct md__engine *e);
+void md__cuda_transport_close(struct md__peer *e);
 
 /* engine.c: a record whose stamp does not match the index it was taken at,
  * on either ring: counted, a violation.  0, or -1 if the engine was detached. */
-int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index);
+int md__engine_torn(struct md__daemon *d, struct md__peer *e, uint64_t index);
 
 #endif

@@ -2,6 +2,9 @@
  * daemon.h — memdecayd's state: the control socket and its connections, the
  * attached engines with the daemon's private copy of each one's geometry, and
  * the glue to the policy host (sidecar/host).  One thread owns all of it.
+ * An attached engine process is a struct md__peer here; the host keeps its
+ * own per-engine scoring state (struct md__engine, sidecar/host), keyed by
+ * the same id.
  *
  *   server.c   socket, connections, signals, the main loop and idle protocol
  *   attach.c   HELLO → segments, eventfds, SCM_RIGHTS; detach
@@ -51,7 +54,7 @@ enum md__detach_reason {
 };
 const char *md__detach_reason_name(int r);
 
-struct md__engine;
+struct md__peer;
 struct md__calib_tracker;
 
 /* A decision waiting for the command ring, stamped when it was made. */
@@ -90,12 +93,13 @@ struct md__conn {
 	int admin;                  /* daemon uid or --operator-group (docs/operations.md) */
 	int close_after_reply;
 	int dead;
-	struct md__engine *engine;  /* set once HELLO succeeded */
+	struct md__peer *engine;  /* set once HELLO succeeded */
 };
 
-struct md__engine {
+/* One attached engine process: its connection, mappings, rings and counters. */
+struct md__peer {
 	struct md__daemon *d;
-	struct md__engine *next;
+	struct md__peer *next;
 	uint32_t id;
 	char name[64];
 	pid_t pid;
@@ -164,7 +168,7 @@ struct md__daemon {
 	gid_t op_group;
 	char save_dir[PATH_MAX];           /* --save-dir: where `save FILE` may write ("" none) */
 	struct md__ratelimit refuse_rl;    /* refused connections and HELLOs */
-	struct md__engine *engines;
+	struct md__peer *engines;
 	uint32_t n_engines;
 	uint32_t next_engine_id;
 	uint64_t instance_id;
@@ -188,22 +192,22 @@ struct md__daemon {
 
 /* attach.c */
 int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);
-void md__engine_detach(struct md__daemon *d, struct md__engine *e, int reason, const char *why);
-struct md__engine *md__engine_find(struct md__daemon *d, uint32_t id);
-struct md__engine *md__engine_lookup(struct md__daemon *d, const char *id_or_name);
+void md__engine_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why);
+struct md__peer *md__engine_find(struct md__daemon *d, uint32_t id);
+struct md__peer *md__engine_lookup(struct md__daemon *d, const char *id_or_name);
 
 /* engine.c */
 int md__engines_service(struct md__daemon *d);   /* returns 1 if it found work */
 int md__engines_any_work(struct md__daemon *d);  /* the re-check after sleeping=1 */
 void md__engines_set_sleeping(struct md__daemon *d, uint32_t v);
 void md__engines_tick(struct md__daemon *d, uint64_t now_ns);
-void md__engine_publish_params(struct md__daemon *d, struct md__engine *e);
+void md__engine_publish_params(struct md__daemon *d, struct md__peer *e);
 void md__engines_publish_params(struct md__daemon *d);
-void md__engine_drop_pending(struct md__engine *e);
+void md__engine_drop_pending(struct md__peer *e);
 /* One record copied out of a stats ring (host or CUDA): counted, validated by
  * the host, observed for calibration.  Returns 0, or -1 if it got the engine
  * detached. */
-int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
+int md__engine_ingest_rec(struct md__daemon *d, struct md__peer *e,
 			  const struct md_stats_rec *rec);
 
 /* control.c */

@@ -21,7 +21,7 @@
 #include "daemon.h"
 #include "log.h"
 
-static void ring_bell(struct md__engine *e)
+static void ring_bell(struct md__peer *e)
 {
 	uint64_t one = 1;
 	if (write(e->bell_to_engine_fd, &one, sizeof(one)) == sizeof(one))
@@ -29,10 +29,10 @@ static void ring_bell(struct md__engine *e)
 }
 
 /* Counts a violation; returns 1 if the engine was detached for it. */
-static int violation(struct md__daemon *d, struct md__engine *e, const char *what)
+static int violation(struct md__daemon *d, struct md__peer *e, const char *what)
 {
 	e->violations++;
-	md_store_relaxed(&e->dctrl->attn_dropped_seen, e->violations + e->torn);
+	md_store_relaxed(&e->dctrl->records_rejected, e->violations + e->torn);
 	uint32_t limit = d->params.violation_limit;
 	if (limit && e->violations > limit) {
 		char why[160];
@@ -44,12 +44,12 @@ static int violation(struct md__daemon *d, struct md__engine *e, const char *wha
 	return 0;
 }
 
-void md__engine_drop_pending(struct md__engine *e)
+void md__engine_drop_pending(struct md__peer *e)
 {
 	e->pending_head = e->pending_len = 0;
 }
 
-static int pending_push(struct md__engine *e, const struct md__decision *dec, uint64_t decided_ns)
+static int pending_push(struct md__peer *e, const struct md__decision *dec, uint64_t decided_ns)
 {
 	if (e->pending_len == e->pending_cap) {
 		size_t ncap = e->pending_cap ? e->pending_cap * 2 : 64;
@@ -71,7 +71,7 @@ static int pending_push(struct md__engine *e, const struct md__decision *dec, ui
 }
 
 /* Moves pending decisions into the command ring.  Returns how many. */
-static size_t flush_commands(struct md__engine *e)
+static size_t flush_commands(struct md__peer *e)
 {
 	size_t sent = 0;
 	uint64_t now = e->pending_len ? md__now_ns() : 0;
@@ -125,7 +125,7 @@ static int copy_page_entry(const struct md_page_entry *src, struct md_page_entry
 
 /* Feeds one snapshot of the page table to the host.  Returns how many live
  * entries the host refused because of their position (see resync()). */
-static uint32_t resync_pass(struct md__daemon *d, struct md__engine *e, const uint64_t *clocks,
+static uint32_t resync_pass(struct md__daemon *d, struct md__peer *e, const uint64_t *clocks,
 			    uint64_t *live_out, uint64_t *skipped_out, int log)
 {
 	uint32_t pos_refused = 0;
@@ -179,7 +179,7 @@ static int order_cmp(const void *a, const void *b)
 	return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-static void resync(struct md__daemon *d, struct md__engine *e, uint64_t request)
+static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 {
 	uint64_t t_start = md__now_ns();
 	e->last_resync_request = request;
@@ -263,12 +263,12 @@ static int race_possible(int reason)
 	       reason != MD__REJ_REGION;
 }
 
-static int ingest_result(struct md__daemon *d, struct md__engine *e,
+static int ingest_result(struct md__daemon *d, struct md__peer *e,
 			 const struct md_stats_rec *rec, int rc);
 
 /* Hands n copied records to the host at once, then settles each in order.
  * Returns 0, or -1 if the engine was detached (e is gone: stop at once). */
-__attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct md__engine *e,
+__attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct md__peer *e,
 			struct md_stats_rec *recs, size_t n, int *rcs)
 {
 	/* recs not const: GCC warns "maybe uninitialized" for a const pointer to
@@ -292,7 +292,7 @@ __attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct m
 /* Applies e->relabel_rec in pieces until done or the batch's time budget
  * (from t0) is spent.  Returns 1 if it is still pending, 0 if done, -1 if the
  * engine was detached. */
-static int relabel_continue(struct md__daemon *d, struct md__engine *e, uint64_t t0)
+static int relabel_continue(struct md__daemon *d, struct md__peer *e, uint64_t t0)
 {
 	for (;;) {
 		int rc = md__host_relabel_step(d->host, e->id, &e->relabel_rec, &e->relabel_cursor,
@@ -311,7 +311,7 @@ static int relabel_continue(struct md__daemon *d, struct md__engine *e, uint64_t
 
 /* Ingests up to one batch.  Returns records consumed (1 while a RELABEL is
  * still being applied), or -1 if detached. */
-static int64_t ingest(struct md__daemon *d, struct md__engine *e)
+static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 {
 	uint64_t t0 = md__now_ns();
 	if (e->relabel_pending) {
@@ -403,7 +403,7 @@ static int64_t ingest(struct md__daemon *d, struct md__engine *e)
 	return i ? i : e->relabel_pending;
 }
 
-int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index)
+int md__engine_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
 {
 	e->torn++;
 	md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
@@ -411,7 +411,7 @@ int md__engine_torn(struct md__daemon *d, struct md__engine *e, uint64_t index)
 	return violation(d, e, "torn record") ? -1 : 0;
 }
 
-int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
+int md__engine_ingest_rec(struct md__daemon *d, struct md__peer *e,
 			  const struct md_stats_rec *rec)
 {
 	e->records++;
@@ -420,7 +420,7 @@ int md__engine_ingest_rec(struct md__daemon *d, struct md__engine *e,
 
 /* What follows the host's verdict on one record: counting, violations, the
  * decision trigger, calibration.  Returns 0, or -1 if the engine was detached. */
-static int ingest_result(struct md__daemon *d, struct md__engine *e,
+static int ingest_result(struct md__daemon *d, struct md__peer *e,
 			 const struct md_stats_rec *rec, int rc)
 {
 	if (rc < 0) {
@@ -461,7 +461,7 @@ static void decide(struct md__daemon *d)
 			decided = md__now_ns();
 			md_lathist_record(&d->decide_lat, decided - t0);
 		}
-		struct md__engine *e = NULL;
+		struct md__peer *e = NULL;
 		for (size_t i = 0; i < n; i++) {
 			if (!e || e->id != out[i].engine_id)
 				e = md__engine_find(d, out[i].engine_id);
@@ -477,7 +477,7 @@ static void decide(struct md__daemon *d)
 int md__engines_service(struct md__daemon *d)
 {
 	int work = 0;
-	struct md__engine *e = d->engines, *next;
+	struct md__peer *e = d->engines, *next;
 	for (; e; e = next) {
 		next = e->next;
 		uint64_t req = md_load_acquire(&e->ectrl->resync_request);
@@ -523,7 +523,7 @@ int md__engines_service(struct md__daemon *d)
 
 int md__engines_any_work(struct md__daemon *d)
 {
-	for (struct md__engine *e = d->engines; e; e = e->next) {
+	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request) {
 			if (md__now_ns() < e->resync_not_before_ns)
 				continue; /* deferred: the tick retries it */
@@ -537,14 +537,14 @@ int md__engines_any_work(struct md__daemon *d)
 
 void md__engines_set_sleeping(struct md__daemon *d, uint32_t v)
 {
-	for (struct md__engine *e = d->engines; e; e = e->next)
+	for (struct md__peer *e = d->engines; e; e = e->next)
 		md_store_relaxed(&e->dctrl->sleeping, v);
 	md_fence_full();
 }
 
 void md__engines_tick(struct md__daemon *d, uint64_t now)
 {
-	struct md__engine *e = d->engines, *next;
+	struct md__peer *e = d->engines, *next;
 	uint64_t timeout_ns = (uint64_t)d->params.heartbeat_timeout_ms * 1000000ull;
 	md__calib_flush(d, 1);
 	for (; e; e = next) {
@@ -565,7 +565,7 @@ void md__engines_tick(struct md__daemon *d, uint64_t now)
 	}
 }
 
-void md__engine_publish_params(struct md__daemon *d, struct md__engine *e)
+void md__engine_publish_params(struct md__daemon *d, struct md__peer *e)
 {
 	struct md_param_block view;
 	memset(&view, 0, sizeof(view));
@@ -581,6 +581,6 @@ void md__engine_publish_params(struct md__daemon *d, struct md__engine *e)
 
 void md__engines_publish_params(struct md__daemon *d)
 {
-	for (struct md__engine *e = d->engines; e; e = e->next)
+	for (struct md__peer *e = d->engines; e; e = e->next)
 		md__engine_publish_params(d, e);
 }

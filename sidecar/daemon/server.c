@@ -676,7 +676,7 @@ void md__server_run(struct md__daemon *d)
 
 void md__server_shutdown(struct md__daemon *d)
 {
-	for (struct md__engine *e = d->engines; e; e = e->next) {
+	for (struct md__peer *e = d->engines; e; e = e->next) {
 		md_store_relaxed(&e->dctrl->shutting_down, 1);
 		md_fence_full();
 		uint64_t one = 1;
