@@ -367,6 +367,19 @@ END_TEST
 START_TEST(test_oracle_memdecay_turn) { fuzz_policy(MD_POLICY_MEMDECAY_TURN, 6); }
 END_TEST
 
+static void large_case(int policy);
+
+#ifdef MEMDECAY_TEST_POLICY
+/* the test-only policy (sidecar/host/policy_test_lifo.c): the index serves
+ * it, decision for decision equal to the oracle, with no host change */
+START_TEST(test_oracle_test_lifo)
+{
+	fuzz_policy(MD_POLICY_TEST_LIFO, 7);
+	large_case(MD_POLICY_TEST_LIFO);
+}
+END_TEST
+#endif
+
 /* many sequences and pages: the branch and bound across heaps */
 static void large_case(int policy)
 {
@@ -761,6 +774,12 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_oracle_random);
 	tcase_add_test(tc, test_oracle_memdecay_turn);
 	tcase_add_test(tc, test_oracle_large);
+#ifdef MEMDECAY_TEST_POLICY
+	TCase *tp = tcase_create("test_policy");
+	tcase_set_timeout(tp, 240);
+	tcase_add_test(tp, test_oracle_test_lifo);
+	suite_add_tcase(s, tp);
+#endif
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -283,8 +283,9 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 {
 	e->index_epoch = h->params_epoch;
 	e->policy = md__engine_policy(h, e);
-	e->step_decay = md__policy_get(e->policy)->step_decay;
-	e->attn_lowers = md__policy_get(e->policy)->attn_lowers;
+	e->pol = md__policy_get(e->policy);
+	e->step_decay = e->pol->step_decay;
+	e->attn_lowers = e->pol->attn_lowers;
 	e->norm_mode = md__engine_norm(h, e);
 	e->n_cls = 0;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
@@ -540,12 +541,12 @@ static int scope_next(struct scope *sc, struct cand *out)
 			q = sc->d[0].seq;
 			s = &e->seqs[q];
 			slot = s->dheap[sc->d[0].cls][0].slot;
-			md__score_in_init(sc->h, e, q, &in);
+			md__score_in_init(sc->h, e, slot, &in);
 		} else {
 			q = sc->t[0].seq;
 			s = &e->seqs[q];
 			slot = s->heap[0].slot;
-			md__score_in_init(sc->h, e, q, &in);
+			md__score_in_init(sc->h, e, slot, &in);
 			double lb = sc->pol->lower_bound(&e->pages[slot], &in);
 			if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
 				s->heap[0].key = lb;

@@ -298,10 +298,12 @@ uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens)
 	return best;
 }
 
-void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t seq,
+void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t slot,
 		       struct md__score_in *in)
 {
+	uint32_t seq = e->pages[slot].seq;
 	in->p = &h->params;
+	in->slot = slot;
 	in->clock = e->seqs[seq].clock;
 	in->engine_id = e->id;
 	in->norm_mode = md__engine_norm(h, e);

@@ -100,6 +100,7 @@ struct md__engine {
 	int k_dirty;
 	uint64_t index_epoch;     /* params epoch the index was built for */
 	uint32_t policy;          /* effective policy of index_epoch */
+	const struct md__policy *pol;    /* its table entry, set with it */
 	uint8_t step_decay, attn_lowers; /* its traits (struct md__policy), set with it */
 	uint32_t norm_mode;
 	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
@@ -135,7 +136,9 @@ uint32_t md__engine_protect_count(const struct md__host *h, const struct md__eng
 uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
 			       uint64_t seqs_live);
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
-void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t seq,
+/* What a policy needs to score the page in slot (its sequence's clock and
+ * turns, the engine's norm, the page's identity). */
+void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t slot,
 		       struct md__score_in *in);
 
 /* pagestate.c */

@@ -69,8 +69,7 @@ size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *
 	uint32_t k = md__protect_count_for(h, e, seqs_live);
 	uint32_t policy = md__engine_policy(h, e);
 	const struct md__policy *pol = md__policy_get(policy);
-	struct md__score_in in = {.p = p, .engine_id = e->id, .norm_mode = md__engine_norm(h, e),
-				  .page_tokens = e->page_tokens};
+	struct md__score_in in;
 	size_t nc = 0;
 	uint32_t rank = 0;
 	for (size_t i = 0; i < nl; i++) {
@@ -82,15 +81,9 @@ size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *
 			continue;
 		if (pol->is_sink && pol->is_sink(pg, p))
 			continue;
-		in.clock = e->seqs[pg->seq].clock;
-		in.turn_clk = e->seqs[pg->seq].turn_clk;
-		in.turn_n = e->seqs[pg->seq].turn_n;
+		md__score_in_init(h, e, live[i].slot, &in);
 		struct md__score_terms t = {0, 0};
-		double s;
-		if (policy == MD_POLICY_RANDOM)
-			s = md__random_score(p->random_seed, e->id, live[i].slot, pg->gen);
-		else
-			s = pol->score(pg, &e->t_refresh[(size_t)live[i].slot * e->page_tokens], &in, &t);
+		double s = pol->score(pg, &e->t_refresh[(size_t)live[i].slot * e->page_tokens], &in, &t);
 		c[nc++] = (struct md__oracle_cand){.score = s, .decay = t.decay, .attn = t.attn,
 						  .first_pos = pg->first_pos, .slot = live[i].slot,
 						  .seq = pg->seq, .n_tokens = pg->n_tokens};

@@ -93,11 +93,11 @@ static int eligible(const struct md__page *pg)
 	       !(pg->flags & (MD__PF_PINNED | MD__PF_SINK | MD__PF_PROT));
 }
 
-static double page_key(struct md__host *h, struct md__engine *e, const struct md__page *pg)
+static double page_key(struct md__host *h, struct md__engine *e, uint32_t slot)
 {
 	struct md__score_in in;
-	md__score_in_init(h, e, pg->seq, &in);
-	return md__policy_get(e->policy)->lower_bound(pg, &in);
+	md__score_in_init(h, e, slot, &in);
+	return e->pol->lower_bound(&e->pages[slot], &in);
 }
 
 void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
@@ -109,18 +109,16 @@ void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
 		md__heap_remove(e, s, slot);
 	if (!md__index_live(h, e))
 		return; /* rebuilt at the next decision */
-	const struct md__policy *pol = md__policy_get(e->policy);
+	const struct md__policy *pol = e->pol;
 	pg->flags &= (uint8_t)~(MD__PF_PINNED | MD__PF_SINK);
 	if (md__page_is_pinned(p, pg->labels, pg->n_tokens))
 		pg->flags |= MD__PF_PINNED;
 	if (pol->is_sink && pol->is_sink(pg, p))
 		pg->flags |= MD__PF_SINK;
-	if (e->policy == MD_POLICY_RANDOM)
-		pg->lb_static = md__random_score(p->random_seed, e->id, slot, pg->gen);
-	else
-		pg->lb_static = pol->static_bound(pg, p);
+	struct md__page_id id = {.engine_id = e->id, .slot = slot, .gen = pg->gen};
+	pg->lb_static = pol->static_bound(pg, p, &id);
 	if (eligible(pg))
-		md__heap_insert(e, s, slot, page_key(h, e, pg));
+		md__heap_insert(e, s, slot, page_key(h, e, slot));
 }
 
 static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, int prot)
@@ -133,7 +131,7 @@ static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, in
 	} else if (pg->flags & MD__PF_PROT) {
 		pg->flags &= (uint8_t)~MD__PF_PROT;
 		if (md__index_live(h, e) && eligible(pg))
-			md__heap_insert(e, &e->seqs[pg->seq], slot, page_key(h, e, pg));
+			md__heap_insert(e, &e->seqs[pg->seq], slot, page_key(h, e, slot));
 	}
 }
 
@@ -455,13 +453,11 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 {
 	if (!e->attn_lowers)
 		return; /* h2o: only grows; recency, random: fixed */
-	/* inline memdecay bound: this runs once per attention record */
-	double a = e->norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
-	double key = (pg->lb_static + h->params.alpha * a) / (double)pg->n_tokens * (1.0 - 1e-9);
-	if (key >= (double)pg->key_hint)
-		return; /* still above the stored key (or not in a heap: harmless) */
 	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
 		return;
+	double key = page_key(h, e, slot);
+	if (key >= (double)pg->key_hint)
+		return; /* still above the stored key */
 	struct md__seq *s = &e->seqs[pg->seq];
 	if (key < s->heap[e->hpos[slot]].key)
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);

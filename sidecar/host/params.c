@@ -6,6 +6,7 @@
  * bad item leaves the caller's struct untouched.
  */
 #include "params.h"
+#include "policy.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,10 +18,6 @@
 
 static const char *const builtin_region_names[MD_REGION_BUILTIN_COUNT] = {
 	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad",
-};
-
-static const char *const policy_names[MD_POLICY_COUNT] = {
-	"memdecay", "memdecay-norm", "h2o", "recency", "random", "memdecay-turn",
 };
 
 void md__params_defaults(struct md__params *p)
@@ -58,19 +55,6 @@ void md__params_defaults(struct md__params *p)
 	p->max_engines_per_uid = 64;
 	p->max_segment_bytes_per_uid = 4ull << 30;
 	p->max_engine_weight = 1.0;
-}
-
-const char *md__policy_name(uint32_t policy)
-{
-	return policy < MD_POLICY_COUNT ? policy_names[policy] : "unknown";
-}
-
-int md__policy_from_name(const char *name)
-{
-	for (int i = 0; i < (int)MD_POLICY_COUNT; i++)
-		if (strcmp(name, policy_names[i]) == 0)
-			return i;
-	return -1;
 }
 
 int md__region_from_name(const struct md__params *p, const char *name)
@@ -228,10 +212,11 @@ static int set_scalar(struct md__params *p, const struct scalar_key *k, const ch
 	}
 	case K_POLICY: {
 		int id = md__policy_from_name(v);
-		if (id < 0)
-			return fail(err, errlen,
-				    "%s: '%s' is not a policy (memdecay|memdecay-norm|h2o|recency|random|memdecay-turn)",
-				    k->name, v);
+		if (id < 0) {
+			char names[256];
+			md__policy_names(names, sizeof(names));
+			return fail(err, errlen, "%s: '%s' is not a policy (%s)", k->name, v, names);
+		}
 		uint32_t u = (uint32_t)id;
 		memcpy(base, &u, sizeof(u));
 		return 0;

@@ -72,7 +72,7 @@ int md__params_load_text(struct md__params *p, const char *text, const char *ori
 			 char *err, size_t errlen);
 int md__params_save_file(const struct md__params *p, const char *path, char *err, size_t errlen);
 
-/* Names. */
+/* Names (policy.c: from the policy table). */
 const char *md__policy_name(uint32_t policy);
 int md__policy_from_name(const char *name);        /* -1 if unknown */
 /* 1 if the policy takes attention relative to the uniform level whatever

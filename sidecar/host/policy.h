@@ -8,15 +8,22 @@
 #ifndef MD_POLICY_H
 #define MD_POLICY_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "params.h"
 
 struct md__page;
 
+/* Who a page is, beyond its state: a score may depend on it (random). */
+struct md__page_id {
+	uint32_t engine_id, slot, gen;
+};
+
 struct md__score_in {
 	const struct md__params *p;
 	uint64_t clock;        /* the page's sequence clock */
 	uint32_t engine_id;
+	uint32_t slot;         /* the page's slot: its identity, with pg->gen */
 	uint32_t norm_mode;    /* effective enum md_norm_mode */
 	uint32_t page_tokens;
 	const uint64_t *turn_clk; /* the sequence's turn starts (memdecay-turn) */
@@ -33,8 +40,10 @@ struct md__policy {
 	/* t_refresh: the page's per-token refresh clocks */
 	double (*score)(const struct md__page *pg, const uint64_t *t_refresh,
 			const struct md__score_in *in, struct md__score_terms *terms);
-	/* part of the bound that changes only with labels or params */
-	double (*static_bound)(const struct md__page *pg, const struct md__params *p);
+	/* part of the bound that changes only with labels, params or identity;
+	 * stored in pg->lb_static when the page is (re)indexed */
+	double (*static_bound)(const struct md__page *pg, const struct md__params *p,
+			       const struct md__page_id *id);
 	/* <= score for this and every later clock; uses pg->lb_static */
 	double (*lower_bound)(const struct md__page *pg, const struct md__score_in *in);
 	/* page never evicted under this policy (recency sinks); NULL: none */
@@ -51,31 +60,27 @@ struct md__policy {
 					 memdecay.norm says */
 };
 
-extern const struct md__policy md__policy_memdecay;
-extern const struct md__policy md__policy_memdecay_norm;
-extern const struct md__policy md__policy_h2o;
-extern const struct md__policy md__policy_recency;
-extern const struct md__policy md__policy_random;
-extern const struct md__policy md__policy_memdecay_turn;
+/* The policy table (policy.c), indexed by enum md_policy_id: the one place
+ * that lists the policies. */
+extern const struct md__policy *const md__policy_table[MD_POLICY_COUNT];
 
-/* inline: asked once per attention-tokens record (md__engine_norm) */
+/* inline: asked once per attention-tokens record (md__engine_norm).  An id
+ * out of range (never stored: params and engine options are validated) falls
+ * back to memdecay. */
 static inline const struct md__policy *md__policy_get(uint32_t id)
 {
-	switch (id) {
-	case MD_POLICY_MEMDECAY_NORM: return &md__policy_memdecay_norm;
-	case MD_POLICY_H2O: return &md__policy_h2o;
-	case MD_POLICY_RECENCY: return &md__policy_recency;
-	case MD_POLICY_RANDOM: return &md__policy_random;
-	case MD_POLICY_MEMDECAY_TURN: return &md__policy_memdecay_turn;
-	default: return &md__policy_memdecay;
-	}
+	return md__policy_table[id < MD_POLICY_COUNT ? id : MD_POLICY_MEMDECAY];
 }
+
+/* "memdecay|memdecay-norm|…" for messages; returns the length it needed. */
+size_t md__policy_names(char *buf, size_t len);
 
 /* shared by memdecay and memdecay-norm */
 double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 			  const struct md__score_in *in, uint32_t norm_mode,
 			  struct md__score_terms *terms);
-double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p);
+double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p,
+				 const struct md__page_id *id);
 double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
 				uint32_t norm_mode);
 /*
@@ -86,7 +91,8 @@ double md__memdecay_lower_bound(const struct md__page *pg, const struct md__scor
  * lower_bound() from `static double value(const struct md__page *pg)`.  The
  * terms report decay 0 and attn = the score (with_attn 1) or 0 (with_attn 0).
  */
-double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p);
+double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p,
+				  const struct md__page_id *id);
 
 #define MD__SELF_BOUNDED_POLICY(value, with_attn)                                       \
 	static double score(const struct md__page *pg, const uint64_t *t_refresh,      \

@@ -35,8 +35,10 @@ double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 	return decay + attn;
 }
 
-double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p)
+double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p,
+				 const struct md__page_id *id)
 {
+	(void)id;
 	double s = 0.0;
 	for (unsigned k = 0; k < pg->n_tokens; k++) {
 		unsigned r = md_label_get(pg->labels, k);
@@ -74,16 +76,3 @@ const struct md__policy md__policy_memdecay = {
 	.step_decay = 1,
 	.attn_lowers = 1,
 };
-
-double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p)
-{
-	(void)pg;
-	(void)p;
-	return 0.0;
-}
-
-int md__policy_always_relative(uint32_t policy)
-{
-	return md__policy_get(policy)->always_relative;
-}
-

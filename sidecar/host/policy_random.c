@@ -22,18 +22,34 @@ double md__random_score(uint64_t seed, uint32_t engine_id, uint32_t slot, uint32
 	return (double)(x >> 11) * 0x1.0p-53;
 }
 
-/* the slot is not in the page; the host stores the score in lb_static */
-static double stored(const struct md__page *pg)
+/* The score is the page's identity hashed; the bound (fixed for the page's
+ * life) is the same value, stored once in pg->lb_static. */
+static double static_bound(const struct md__page *pg, const struct md__params *p,
+			   const struct md__page_id *id)
 {
-	return pg->lb_static;
+	(void)pg;
+	return md__random_score(p->random_seed, id->engine_id, id->slot, id->gen);
 }
 
-MD__SELF_BOUNDED_POLICY(stored, 0)
+static double score(const struct md__page *pg, const uint64_t *t_refresh,
+		    const struct md__score_in *in, struct md__score_terms *terms)
+{
+	(void)t_refresh;
+	if (terms)
+		terms->decay = terms->attn = 0.0;
+	return md__random_score(in->p->random_seed, in->engine_id, in->slot, pg->gen);
+}
+
+static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
+{
+	(void)in;
+	return pg->lb_static;
+}
 
 const struct md__policy md__policy_random = {
 	.name = "random",
 	.score = score,
-	.static_bound = md__policy_no_static_bound,
+	.static_bound = static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,
