@@ -162,7 +162,7 @@ static int run_one(uint64_t npages, struct result *res)
 	for (int pass = 0; pass < 3; pass++)
 		for (size_t i = 0; i < nrec; i += 256)
 			done += md__host_ingest_batch(h, 1, &recs[i], nrec - i < 256 ? nrec - i : 256,
-						      NULL);
+						      NULL, NULL);
 	uint64_t t1 = now_ns();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 	res->ingest_rate = (double)done / ((double)(t1 - t0) * 1e-9);

@@ -18,7 +18,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
-#include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "cuda_transport.h"
 #include "daemon.h"
@@ -107,7 +106,7 @@ static void engine_free(struct md__peer *e)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	md__cuda_transport_close(e);
-	md__calib_tracker_free(e->calib);
+	md__calib_tracker_free(e->calib.tracker);
 	free(e->pending);
 	free(e->resync_buf);
 	free(e->resync_clocks);
@@ -373,7 +372,15 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	d->n_engines++;
 	d->attaches++;
 	d->dirty = 1;
-	md__calib_engine_attached(d, e);
+	if (d->calib) {
+		e->calib = (struct md__calib_engine){ .id = e->id, .page_tokens = e->page_tokens,
+						      .page_capacity = e->page_capacity,
+						      .max_seqs = e->max_seqs };
+		md__calib_live_attach(d->calib, &e->calib);
+		if (!e->calib.tracker)
+			md__warn("engine %u (%s): no memory for calibration: its attention is not "
+				 "measured", e->id, e->name);
+	}
 	md__info("engine %u (%s) attached: pid %d uid %u page_tokens %u page_capacity %u "
 		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
 		 e->id, e->name, (int)e->pid, (unsigned)e->uid, e->page_tokens, e->page_capacity,
@@ -408,7 +415,8 @@ void md__engine_detach(struct md__daemon *d, struct md__peer *e, int reason, con
 		 (unsigned long long)e->records, (unsigned long long)e->cmds_sent,
 		 (unsigned long long)e->violations);
 	md__host_engine_remove(d->host, e->id);
-	md__calib_engine_detached(d, e);
+	if (d->calib)
+		md__calib_live_detach(d->calib, &e->calib);
 	md__loop_unwatch(d->loop, e->bell_w);
 	if (e->conn) {
 		struct md__conn *c = e->conn;

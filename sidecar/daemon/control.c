@@ -12,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
@@ -837,6 +836,50 @@ static int cmd_save(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf
 	return 0;
 }
 
+/* `calibrate [--json] [--apply]`: the estimate over every engine's live and
+ * finished tokens; --apply goes through the same all-or-nothing path as
+ * `set` (docs/calibration.md). */
+static int calibrate(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
+		     size_t errlen)
+{
+	if (!d->calib) {
+		snprintf(err, errlen, "calibrate: calibration is not running in this memdecayd");
+		return -ENOSYS;
+	}
+	const struct md__calib_engine **engines = calloc(d->n_engines ? d->n_engines : 1,
+							 sizeof(*engines));
+	if (!engines) {
+		snprintf(err, errlen, "calibrate: out of memory");
+		return -ENOMEM;
+	}
+	size_t n = 0;
+	for (struct md__peer *e = d->engines; e && n < d->n_engines; e = e->next)
+		engines[n++] = &e->calib;
+	md__calib_names names;
+	for (unsigned k = 0; k < MD_REGIONS_MAX; k++)
+		snprintf(names[k], sizeof(names[k]), "%s", d->params.region_name[k]);
+	char items[MD_REGIONS_MAX][128];
+	int rc = md__calib_live_report(d->calib, engines, n, (const char(*)[MD__JOURNAL_NAME_LEN])names,
+				       r->json, b, r->apply ? items : NULL, MD_REGIONS_MAX, err,
+				       errlen);
+	free(engines);
+	if (rc < 0)
+		return rc;
+	if (!r->apply || rc == 0)
+		return 0;
+	const char *list[MD_REGIONS_MAX];
+	for (int i = 0; i < rc; i++)
+		list[i] = items[i];
+	struct md__params p = d->params;
+	int src = md__params_set_many(&p, list, (size_t)rc, err, errlen);
+	if (src < 0)
+		return src; /* nothing applied */
+	md__daemon_apply_params(d, &p);
+	for (int i = 0; i < rc; i++)
+		md__info("control: calibrate set %s", items[i]);
+	return 0;
+}
+
 /* Which requests a peer that is not an operator may make: 0, or -EPERM. */
 static int peer_may(const struct md__ctl_req *r, char *err, size_t errlen)
 {
@@ -889,7 +932,7 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 		case MD__CTL_TOP: rc = cmd_top(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_METRICS: rc = cmd_metrics(d, &body); break;
 		case MD__CTL_SAVE: rc = cmd_save(d, &r, &body, err, sizeof(err)); break;
-		case MD__CTL_CALIBRATE: rc = md__calib_control(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_CALIBRATE: rc = calibrate(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_WEIGHT: rc = cmd_weight(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_PING:
 			md__sbuf_printf(&body, r.json ? "{\"instance\":%llu,\"backend\":\"%s\"}\n"

@@ -26,6 +26,7 @@
 #include "loop.h"
 #include "sbuf.h"
 #include "lathist.h"
+#include "calib_live.h"
 
 #define MD__CONN_MAX 256             /* operator (not attached) connections; engines: daemon.max_engines */
 #define MD__CONN_IN_MAX (MD_CTL_LINE_MAX + 1 + 4096) /* a pending line plus one recv */
@@ -55,14 +56,12 @@ enum md__detach_reason {
 const char *md__detach_reason_name(int r);
 
 struct md__peer;
-struct md__calib_tracker;
 
 /* A decision waiting for the command ring, stamped when it was made. */
 struct md__pending_cmd {
 	struct md__decision dec;
 	uint64_t decided_ns;
 };
-struct md__calib_daemon;
 struct mdk_cuda_ring_reader;
 
 /* At most MD__LOG_BURST lines a second per source; the rest are counted and
@@ -145,8 +144,8 @@ struct md__peer {
 	uint64_t resyncs, resync_pages, resync_pages_skipped, cmds_sent, cmd_ring_full;
 	uint64_t doorbells;
 	int detaching;
-	/* calibration (calib_daemon.c) and the optional CUDA stats ring (cuda_transport.c) */
-	struct md__calib_tracker *calib;
+	/* calibration (sidecar/calib) and the optional CUDA stats ring (cuda_transport.c) */
+	struct md__calib_engine calib;
 	int stats_transport;               /* enum md__stats_transport */
 	uint64_t cuda_export_off;          /* private copy of off.engine.cuda_ring_export */
 	struct mdk_cuda_ring_reader *cuda_rd;
@@ -181,7 +180,7 @@ struct md__daemon {
 	uint64_t iterations, sleeps;
 	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
 	uint64_t conns_refused, conns_evicted, ctl_requests, ctl_errors, reloads, reload_failures;
-	struct md__calib_daemon *calib;    /* calib_daemon.c */
+	struct md__calib_live *calib;      /* sidecar/calib: trackers, statistics, journal */
 	/* wall time of each md__host_decide call that returned evictions */
 	struct md_lathist decide_lat;
 	uint64_t last_decide_ns;

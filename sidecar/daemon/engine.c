@@ -15,8 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib_daemon.h"
-#include "calibrate.h"
 #include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
@@ -184,7 +182,8 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 	uint64_t t_start = md__now_ns();
 	e->last_resync_request = request;
 	e->resyncs++;
-	md__calib_engine_resync(d, e);
+	if (d->calib)
+		md__calib_live_resync(d->calib, &e->calib);
 	/* Whatever the ring holds now is older than the page table we read next. */
 	int64_t avail = md_ring_available(&e->stats);
 	if (avail > 0)
@@ -264,7 +263,7 @@ static int race_possible(int reason)
 }
 
 static int ingest_result(struct md__daemon *d, struct md__peer *e,
-			 const struct md_stats_rec *rec, int rc);
+			 const struct md_stats_rec *rec, int rc, uint16_t refreshed);
 
 /* Hands n copied records to the host at once, then settles each in order.
  * Returns 0, or -1 if the engine was detached (e is gone: stop at once). */
@@ -275,15 +274,17 @@ __attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct m
 	 * the caller's partly filled array */
 	if (!n)
 		return 0;
-	md__host_ingest_batch(d->host, e->id, recs, n, rcs);
+	uint16_t refreshed[MD__HOST_CHUNK];
+	md__host_ingest_batch(d->host, e->id, recs, n, rcs, refreshed);
 	enum { CALIB_AHEAD = 8 };
-	for (size_t i = 0; e->calib && i < CALIB_AHEAD && i < n; i++)
-		md__calib_prefetch(e->calib, recs[i].slot);
+	struct md__calib_tracker *ct = e->calib.tracker;
+	for (size_t i = 0; ct && i < CALIB_AHEAD && i < n; i++)
+		md__calib_prefetch(ct, recs[i].slot);
 	for (size_t i = 0; i < n; i++) {
-		if (e->calib && i + CALIB_AHEAD < n)
-			md__calib_prefetch(e->calib, recs[i + CALIB_AHEAD].slot);
+		if (ct && i + CALIB_AHEAD < n)
+			md__calib_prefetch(ct, recs[i + CALIB_AHEAD].slot);
 		e->records++;
-		if (ingest_result(d, e, &recs[i], rcs[i]) < 0)
+		if (ingest_result(d, e, &recs[i], rcs[i], refreshed[i]) < 0)
 			return -1;
 	}
 	return 0;
@@ -300,7 +301,7 @@ static int relabel_continue(struct md__daemon *d, struct md__peer *e, uint64_t t
 		if (rc != 1) {
 			e->relabel_pending = 0;
 			e->records++;
-			return ingest_result(d, e, &e->relabel_rec, rc) < 0 ? -1 : 0;
+			return ingest_result(d, e, &e->relabel_rec, rc, 0) < 0 ? -1 : 0;
 		}
 		if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
 			e->relabel_pending = 1;
@@ -415,13 +416,16 @@ int md__engine_ingest_rec(struct md__daemon *d, struct md__peer *e,
 			  const struct md_stats_rec *rec)
 {
 	e->records++;
-	return ingest_result(d, e, rec, md__host_ingest(d->host, e->id, rec));
+	uint16_t refreshed;
+	int rc = md__host_ingest_refreshed(d->host, e->id, rec, &refreshed);
+	return ingest_result(d, e, rec, rc, refreshed);
 }
 
 /* What follows the host's verdict on one record: counting, violations, the
- * decision trigger, calibration.  Returns 0, or -1 if the engine was detached. */
+ * decision trigger, calibration (which gets the tokens the host refreshed).
+ * Returns 0, or -1 if the engine was detached. */
 static int ingest_result(struct md__daemon *d, struct md__peer *e,
-			 const struct md_stats_rec *rec, int rc)
+			 const struct md_stats_rec *rec, int rc, uint16_t refreshed)
 {
 	if (rc < 0) {
 		int reason = -rc < MD__REJ_COUNT ? -rc : 0;
@@ -445,7 +449,8 @@ static int ingest_result(struct md__daemon *d, struct md__peer *e,
 	 * batches was the daemon's largest cost (docs/performance.md). */
 	if (rec->type != MD_REC_ATTN_PAGE && rec->type != MD_REC_ATTN_TOKENS)
 		d->dirty = 1;
-	md__calib_observe(d, e, rec);
+	if (d->calib)
+		md__calib_live_observe(d->calib, &e->calib, rec, refreshed);
 	return 0;
 }
 
@@ -517,7 +522,7 @@ int md__engines_service(struct md__daemon *d)
 	for (e = d->engines; e; e = e->next)
 		if (e->pending_len && flush_commands(e))
 			work = 1;
-	md__calib_flush(d, 0);
+	md__calib_live_flush(d->calib, 0);
 	return work;
 }
 
@@ -546,7 +551,7 @@ void md__engines_tick(struct md__daemon *d, uint64_t now)
 {
 	struct md__peer *e = d->engines, *next;
 	uint64_t timeout_ns = (uint64_t)d->params.heartbeat_timeout_ms * 1000000ull;
-	md__calib_flush(d, 1);
+	md__calib_live_flush(d->calib, 1);
 	for (; e; e = next) {
 		next = e->next;
 		md_store_relaxed(&e->dctrl->heartbeat_ns, now);

@@ -12,7 +12,6 @@
 #include <unistd.h>
 #include <sys/random.h>
 
-#include "calib_daemon.h"
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
@@ -211,7 +210,11 @@ int main(int argc, char **argv)
 			d->instance_id = md__now_ns() ^ ((uint64_t)getpid() << 32);
 	}
 	d->start_ns = md__now_ns();
-	if (md__calib_daemon_init(d, journal_arg, journal_max, (uint32_t)grace, err, sizeof(err)) < 0) {
+	md__calib_names names;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++)
+		snprintf(names[r], sizeof(names[r]), "%s", d->params.region_name[r]);
+	if (md__calib_live_open(&d->calib, journal_arg, journal_max, (uint32_t)grace, d->instance_id,
+				names, err, sizeof(err)) < 0) {
 		md__err("%s", err);
 		return 1;
 	}
@@ -288,7 +291,8 @@ int main(int argc, char **argv)
 	md__notify_send("STOPPING=1");
 	md__metrics_http_stop(metrics);
 	md__server_shutdown(d);
-	md__calib_daemon_free(d);
+	md__calib_live_close(d->calib);
+	d->calib = NULL;
 	md__host_free(d->host);
 	md__loop_free(d->loop);
 	md__info("memdecayd stopped");

@@ -316,11 +316,22 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 
 int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec)
 {
+	return md__host_ingest_refreshed(h, engine_id, rec, NULL);
+}
+
+int md__host_ingest_refreshed(struct md__host *h, uint32_t engine_id,
+			      const struct md_stats_rec *rec, uint16_t *refreshed)
+{
+	uint16_t bits = 0;
 	struct md__engine *e = md__host_find(h, engine_id);
+	if (refreshed)
+		*refreshed = 0;
 	if (!e)
 		return -MD__REJ_STATE;
 	e->records++;
-	int rc = md__page_ingest(h, e, rec);
+	int rc = md__page_ingest(h, e, rec, &bits);
+	if (refreshed)
+		*refreshed = bits;
 	if (rc < 0 && -rc < MD__REJ_COUNT)
 		e->rejected[-rc]++;
 	return rc;
@@ -356,12 +367,15 @@ static inline void prefetch_rec(const struct md__engine *e, const struct md_stat
 }
 
 size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
-			     const struct md_stats_rec *recs, size_t n, int *rcs)
+			     const struct md_stats_rec *recs, size_t n, int *rcs,
+			     uint16_t *refreshed)
 {
 	struct md__engine *e = md__host_find(h, engine_id);
 	if (!e) {
 		for (size_t i = 0; rcs && i < n; i++)
 			rcs[i] = -MD__REJ_STATE;
+		if (refreshed)
+			memset(refreshed, 0, n * sizeof(*refreshed));
 		return 0;
 	}
 	enum { AHEAD = 12 };
@@ -370,7 +384,10 @@ size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
 		if (i + AHEAD < n)
 			prefetch_rec(e, &recs[i + AHEAD]);
 		e->records++;
-		int rc = md__page_ingest(h, e, &recs[i]);
+		uint16_t bits = 0;
+		int rc = md__page_ingest(h, e, &recs[i], &bits);
+		if (refreshed)
+			refreshed[i] = bits;
 		if (rc < 0 && -rc < MD__REJ_COUNT)
 			e->rejected[-rc]++;
 		ok += rc == 0;
@@ -608,7 +625,8 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 			r.clock = e->seqs[pg->seq].clock;
 			r.u.page.n_tokens = pe->n_tokens;
 			r.u.page.labels = pe->labels;
-			int rc = md__page_ingest(h, e, &r);
+			uint16_t bits;
+			int rc = md__page_ingest(h, e, &r, &bits);
 			if (rc)
 				return rc;
 		}

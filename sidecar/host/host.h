@@ -63,6 +63,11 @@ int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
 
 /* One record, already copied out of shared memory.  Returns 0 or -reason. */
 int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec);
+/* The same, and *refreshed gets the bitmap of the page's tokens whose refresh
+ * clock the record set (attention records; 0 for the others or when
+ * rejected): the host's refresh rule, for observers such as calibration. */
+int md__host_ingest_refreshed(struct md__host *h, uint32_t engine_id,
+			      const struct md_stats_rec *rec, uint16_t *refreshed);
 
 /* A RELABEL applied in pieces of at most max_pages pages each, so that the
  * caller can bound the time one record takes (docs/reliability.md, promise 8).
@@ -75,10 +80,12 @@ int md__host_relabel_step(struct md__host *h, uint32_t engine_id, const struct m
 
 /* A batch of one engine's records (e.g. a drained ring span), in order, each
  * checked and counted exactly as by md__host_ingest; prefetches ahead, so it is
- * the fast path at large page counts.  rcs (may be NULL) gets each result.
- * Returns the number of records accepted. */
+ * the fast path at large page counts.  rcs (may be NULL) gets each result and
+ * refreshed (may be NULL) each record's refresh bitmap, as by
+ * md__host_ingest_refreshed.  Returns the number of records accepted. */
 size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
-			     const struct md_stats_rec *recs, size_t n, int *rcs);
+			     const struct md_stats_rec *recs, size_t n, int *rcs,
+			     uint16_t *refreshed);
 
 /* Rebuild an engine's state from its page table (attach after a daemon
  * restart, or after the engine dropped lifecycle records).  Pages whose slot

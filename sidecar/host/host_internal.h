@@ -142,7 +142,9 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 		       struct md__score_in *in);
 
 /* pagestate.c */
-int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r);
+/* *refreshed: the tokens whose refresh clock the record set (else 0). */
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		    uint16_t *refreshed);
 void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot);
 void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot);
 int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens);

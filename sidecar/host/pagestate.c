@@ -463,7 +463,8 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
 }
 
-static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		     uint16_t *refreshed)
 {
 	struct md__page *pg;
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
@@ -480,6 +481,7 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * mass * (double)s->tokens_live;
 	pg->cum_raw += mass;
 	unsigned bits = r->u.attn_page.refresh & ((1u << pg->n_tokens) - 1u);
+	*refreshed = (uint16_t)bits;
 	if (bits) {
 		uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
 		while (bits) {
@@ -492,7 +494,8 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 	return 0;
 }
 
-static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		       uint16_t *refreshed)
 {
 	struct md__page *pg;
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
@@ -518,11 +521,15 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	int rel = md__engine_norm(h, e) == MD_NORM_RELATIVE;
 	double tau = h->params.tau;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
+	unsigned bits = 0;
 	for (unsigned i = 0; i < c; i++) {
 		double m = (double)r->u.attn_tokens.mass[i];
-		if ((rel ? m * nl : m) > tau)
+		if ((rel ? m * nl : m) > tau) {
 			tr[t0 + i] = s->clock;
+			bits |= 1u << (t0 + i);
+		}
 	}
+	*refreshed = (uint16_t)bits;
 	attn_rekey(h, e, r->slot, pg);
 	return 0;
 }
@@ -598,13 +605,15 @@ int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_s
 	return *touched ? 0 : -MD__REJ_SPAN;
 }
 
-int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		    uint16_t *refreshed)
 {
+	*refreshed = 0;
 	switch (r->type) {
 	case MD_REC_ATTN_PAGE:
-		return attn_page(h, e, r);
+		return attn_page(h, e, r, refreshed);
 	case MD_REC_ATTN_TOKENS:
-		return attn_tokens(h, e, r);
+		return attn_tokens(h, e, r, refreshed);
 	case MD_REC_STEP: {
 		if (r->seq >= e->max_seqs)
 			return -MD__REJ_SEQ;

@@ -75,9 +75,6 @@ int md__params_save_file(const struct md__params *p, const char *path, char *err
 /* Names (policy.c: from the policy table). */
 const char *md__policy_name(uint32_t policy);
 int md__policy_from_name(const char *name);        /* -1 if unknown */
-/* 1 if the policy takes attention relative to the uniform level whatever
- * memdecay.norm says (memdecay-norm); its struct md__policy says so. */
-int md__policy_always_relative(uint32_t policy);
 int md__region_from_name(const struct md__params *p, const char *name); /* -1 if unknown */
 
 #endif

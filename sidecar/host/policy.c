@@ -57,11 +57,6 @@ size_t md__policy_names(char *buf, size_t len)
 	return at;
 }
 
-int md__policy_always_relative(uint32_t policy)
-{
-	return md__policy_get(policy)->always_relative;
-}
-
 double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p,
 				  const struct md__page_id *id)
 {
