@@ -186,8 +186,8 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	 * only up to budget.max_engine_weight unless it runs as the daemon's uid
 	 * (memdecayctl weight sets any value): docs/reliability.md, "Peers". */
 	opts.weight = hello.weight;
-	if (c->uid != geteuid() && opts.weight > d->params.max_engine_weight)
-		opts.weight = d->params.max_engine_weight;
+	if (c->uid != geteuid() && opts.weight > md__daemon_params(d)->max_engine_weight)
+		opts.weight = md__daemon_params(d)->max_engine_weight;
 
 	/* What one peer may hold: engines in all, engines and segment bytes per uid. */
 	uint32_t uid_engines = 0;
@@ -197,13 +197,13 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 			uid_engines++;
 			uid_bytes += k->eseg_size + k->dseg_size;
 		}
-	if (d->n_engines >= d->params.max_engines) {
+	if (d->n_engines >= md__daemon_params(d)->max_engines) {
 		snprintf(err, sizeof(err), "too many engines attached (%u, daemon.max_engines)",
 			 d->n_engines);
 		refuse(d, c, err);
 		return -EUSERS;
 	}
-	if (uid_engines >= d->params.max_engines_per_uid) {
+	if (uid_engines >= md__daemon_params(d)->max_engines_per_uid) {
 		snprintf(err, sizeof(err), "uid %u has %u engines attached (daemon.max_engines_per_uid)",
 			 (unsigned)c->uid, uid_engines);
 		refuse(d, c, err);
@@ -240,13 +240,13 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 					   &eoff);
 	e->cuda_export_off = eoff.cuda_ring_export;
 	e->dseg_size = md_daemon_layout(e->cmd_capacity, &doff);
-	if (uid_bytes + e->eseg_size + e->dseg_size > d->params.max_segment_bytes_per_uid) {
+	if (uid_bytes + e->eseg_size + e->dseg_size > md__daemon_params(d)->max_segment_bytes_per_uid) {
 		snprintf(err, sizeof(err),
 			 "segments of %llu bytes would bring uid %u to %llu bytes "
 			 "(daemon.max_segment_bytes_per_uid %llu)",
 			 (unsigned long long)(e->eseg_size + e->dseg_size), (unsigned)c->uid,
 			 (unsigned long long)(uid_bytes + e->eseg_size + e->dseg_size),
-			 (unsigned long long)d->params.max_segment_bytes_per_uid);
+			 (unsigned long long)md__daemon_params(d)->max_segment_bytes_per_uid);
 		free(e);
 		refuse(d, c, err);
 		return -ENOMEM;

@@ -37,16 +37,15 @@ static const char *evict_reason_name[4] = { "none", "sequence_budget", "engine_b
 
 static void region_name(const struct md__daemon *d, unsigned r, char *buf, size_t len)
 {
-	if (d->params.region_name[r][0])
-		snprintf(buf, len, "%s", d->params.region_name[r]);
+	if (md__daemon_params(d)->region_name[r][0])
+		snprintf(buf, len, "%s", md__daemon_params(d)->region_name[r]);
 	else
 		snprintf(buf, len, "region%u", r);
 }
 
 int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p)
 {
-	d->params = *p;
-	md__host_set_params(d->host, &d->params);
+	md__host_set_params(d->host, p);
 	md__engines_publish_params(d);
 	d->dirty = 1;
 	return 0;
@@ -111,13 +110,13 @@ static int cmd_get(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 		struct visit_ctx v = { b, r->json, 1 };
 		if (r->json)
 			md__sbuf_printf(b, "{");
-		md__params_foreach(&d->params, visit_key, &v);
+		md__params_foreach(md__daemon_params(d), visit_key, &v);
 		if (r->json)
 			md__sbuf_printf(b, "}\n");
 		return 0;
 	}
 	char val[512];
-	if (md__params_get(&d->params, r->argv[0], val, sizeof(val)) < 0) {
+	if (md__params_get(md__daemon_params(d), r->argv[0], val, sizeof(val)) < 0) {
 		snprintf(err, errlen, "unknown key '%.100s'", r->argv[0]);
 		return -ENOENT;
 	}
@@ -136,7 +135,7 @@ static int cmd_get(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 static int set_items(struct md__daemon *d, const char *const *items, size_t n, char *err,
 		     size_t errlen)
 {
-	struct md__params p = d->params;
+	struct md__params p = *md__daemon_params(d);
 	int rc = md__params_set_many(&p, items, n, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -384,7 +383,7 @@ static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct m
 			(unsigned long long)e->violations, (unsigned long long)st.evictions);
 	int first = 1;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		if (!d->params.region_name[r][0] && !st.evictions_by_region[r])
+		if (!md__daemon_params(d)->region_name[r][0] && !st.evictions_by_region[r])
 			continue;
 		char rn[64];
 		region_name(d, r, rn, sizeof(rn));
@@ -684,7 +683,7 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	prom_head(b, "memdecay_evictions_by_region_total", "counter", "Pages evicted, by dominant region.");
 	for (size_t i = 0; i < n; i++)
 		for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-			if (!d->params.region_name[r][0] && !st[i].evictions_by_region[r])
+			if (!md__daemon_params(d)->region_name[r][0] && !st[i].evictions_by_region[r])
 				continue;
 			char rn[64];
 			region_name(d, r, rn, sizeof(rn));
@@ -821,7 +820,7 @@ static int cmd_save(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf
 		snprintf(err, errlen, "save: %.200s: %s", dir, strerror(e));
 		return -e;
 	}
-	int rc = save_into(&d->params, dfd, name, err, errlen);
+	int rc = save_into(md__daemon_params(d), dfd, name, err, errlen);
 	close(dfd);
 	if (rc < 0)
 		return rc;
@@ -857,7 +856,7 @@ static int calibrate(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 		engines[n++] = &e->calib;
 	md__calib_names names;
 	for (unsigned k = 0; k < MD_REGIONS_MAX; k++)
-		snprintf(names[k], sizeof(names[k]), "%s", d->params.region_name[k]);
+		snprintf(names[k], sizeof(names[k]), "%s", md__daemon_params(d)->region_name[k]);
 	char items[MD_REGIONS_MAX][128];
 	int rc = md__calib_live_report(d->calib, engines, n, (const char(*)[MD__JOURNAL_NAME_LEN])names,
 				       r->json, b, r->apply ? items : NULL, MD_REGIONS_MAX, err,
@@ -870,7 +869,7 @@ static int calibrate(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	const char *list[MD_REGIONS_MAX];
 	for (int i = 0; i < rc; i++)
 		list[i] = items[i];
-	struct md__params p = d->params;
+	struct md__params p = *md__daemon_params(d);
 	int src = md__params_set_many(&p, list, (size_t)rc, err, errlen);
 	if (src < 0)
 		return src; /* nothing applied */

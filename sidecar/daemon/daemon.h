@@ -154,8 +154,7 @@ struct md__peer {
 
 struct md__daemon {
 	struct md__loop *loop;
-	struct md__host *host;
-	struct md__params params;
+	struct md__host *host;       /* holds the one copy of the parameters: md__daemon_params */
 	char socket_path[108];
 	char config_path[PATH_MAX];
 	int have_config;
@@ -188,6 +187,13 @@ struct md__daemon {
 	struct md_lathist cmd_lat;
 	int socket_inherited;         /* socket activation: the manager owns the socket file */
 };
+
+/* The parameters in force: the host's copy, the only one in the process
+ * (changed through md__daemon_apply_params). */
+static inline const struct md__params *md__daemon_params(const struct md__daemon *d)
+{
+	return md__host_params(d->host);
+}
 
 /* attach.c */
 int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);

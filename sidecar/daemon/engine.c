@@ -31,7 +31,7 @@ static int violation(struct md__daemon *d, struct md__peer *e, const char *what)
 {
 	e->violations++;
 	md_store_relaxed(&e->dctrl->records_rejected, e->violations + e->torn);
-	uint32_t limit = d->params.violation_limit;
+	uint32_t limit = md__daemon_params(d)->violation_limit;
 	if (limit && e->violations > limit) {
 		char why[160];
 		snprintf(why, sizeof(why), "%llu protocol violations (limit %u), last: %s",
@@ -550,7 +550,7 @@ void md__engines_set_sleeping(struct md__daemon *d, uint32_t v)
 void md__engines_tick(struct md__daemon *d, uint64_t now)
 {
 	struct md__peer *e = d->engines, *next;
-	uint64_t timeout_ns = (uint64_t)d->params.heartbeat_timeout_ms * 1000000ull;
+	uint64_t timeout_ns = (uint64_t)md__daemon_params(d)->heartbeat_timeout_ms * 1000000ull;
 	md__calib_live_flush(d->calib, 1);
 	for (; e; e = next) {
 		next = e->next;
@@ -564,7 +564,7 @@ void md__engines_tick(struct md__daemon *d, uint64_t now)
 			char why[128];
 			snprintf(why, sizeof(why), "no heartbeat for %llu ms (timeout %u ms)",
 				 (unsigned long long)((now - hb) / 1000000ull),
-				 d->params.heartbeat_timeout_ms);
+				 md__daemon_params(d)->heartbeat_timeout_ms);
 			md__engine_detach(d, e, MD__DETACH_HEARTBEAT, why);
 		}
 	}

@@ -200,8 +200,10 @@ int main(int argc, char **argv)
 	if (md__notify_init(err, sizeof(err)) < 0)
 		md__warn("service manager notifications off: %s", err);
 
-	md__params_defaults(&d->params);
-	if (d->have_config && md__params_load_file(&d->params, d->config_path, err, sizeof(err)) < 0) {
+	/* the host keeps the one copy of the parameters from here on */
+	struct md__params params;
+	md__params_defaults(&params);
+	if (d->have_config && md__params_load_file(&params, d->config_path, err, sizeof(err)) < 0) {
 		md__err("config not loaded: %s", err);
 		return 1;
 	}
@@ -212,7 +214,7 @@ int main(int argc, char **argv)
 	d->start_ns = md__now_ns();
 	md__calib_names names;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++)
-		snprintf(names[r], sizeof(names[r]), "%s", d->params.region_name[r]);
+		snprintf(names[r], sizeof(names[r]), "%s", params.region_name[r]);
 	if (md__calib_live_open(&d->calib, journal_arg, journal_max, (uint32_t)grace, d->instance_id,
 				names, err, sizeof(err)) < 0) {
 		md__err("%s", err);
@@ -228,7 +230,7 @@ int main(int argc, char **argv)
 	}
 	if (why)
 		md__warn("io_uring refused (%s): using the epoll event loop", strerror(-why));
-	d->host = md__host_new(&d->params);
+	d->host = md__host_new(&params);
 	if (!d->host) {
 		md__err("cannot create the policy host: out of memory");
 		return 1;
@@ -282,7 +284,7 @@ int main(int argc, char **argv)
 	}
 	md__info("memdecayd %s listening on %s (instance %llu, %s loop, policy %s, pid %d)",
 		 MEMDECAYD_VERSION, d->socket_path, (unsigned long long)d->instance_id,
-		 md__loop_backend_name(d->loop), md__policy_name(d->params.policy), (int)getpid());
+		 md__loop_backend_name(d->loop), md__policy_name(md__daemon_params(d)->policy), (int)getpid());
 	char ready[160];
 	snprintf(ready, sizeof(ready), "READY=1\nMAINPID=%d\nSTATUS=listening on %s", (int)getpid(),
 		 d->socket_path);
