@@ -24,6 +24,12 @@
  * unseen pages (every unseen page scores at least that).  A score of exactly
  * 0 forces a key of 0, so the key order settles ties at 0.  Buffered pages go
  * back to their heaps when the scope ends.  Result == the oracle's full sort.
+ * The heaps, by what they order:
+ *   keyheap (md__seq.heap)        a sequence's pages by (key, first_pos, slot)
+ *   decayheap (md__seq.dheap[c])  a sequence's class-c pages by g
+ *   key_heads (scope)             the sequences' keyheap heads
+ *   decay_heads (scope)           the sequences' decayheap heads, by g - lambda_c t
+ *   cands (scope)                 popped pages by exact score: the eviction order
  * Cost: O(sequences) to gather heads, plus (pages whose bounds sit below the
  * chosen score) x log n.  Parameter changes bump an epoch; an engine's index
  * is rebuilt at its next decision (O(n log n)), ingest skips upkeep till then.
@@ -63,7 +69,7 @@ static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t 
 	e->hpos[ent.slot] = i;
 }
 
-static void sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
+static void keyheap_sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
 {
 	struct md__heap_ent ent = s->heap[i];
 	while (i > 0) {
@@ -76,7 +82,7 @@ static void sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
 	heap_place(e, s, i, ent);
 }
 
-static void sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
+static void keyheap_sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
 {
 	uint32_t n = s->heap_n;
 	struct md__heap_ent ent = s->heap[i];
@@ -95,7 +101,7 @@ static void sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
 }
 
 /* decay heaps: plain min-heaps on g, positions in e->dheap_pos */
-static void d_sift_up(struct md__engine *e, struct md__heap_ent *hp, uint32_t i)
+static void decayheap_sift_up(struct md__engine *e, struct md__heap_ent *hp, uint32_t i)
 {
 	struct md__heap_ent ent = hp[i];
 	while (i > 0) {
@@ -110,7 +116,7 @@ static void d_sift_up(struct md__engine *e, struct md__heap_ent *hp, uint32_t i)
 	e->dheap_pos[ent.slot] = i;
 }
 
-static void d_sift_down(struct md__engine *e, struct md__heap_ent *hp, uint32_t n, uint32_t i)
+static void decayheap_sift_down(struct md__engine *e, struct md__heap_ent *hp, uint32_t n, uint32_t i)
 {
 	struct md__heap_ent ent = hp[i];
 	for (;;) {
@@ -170,7 +176,7 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 
 /* cls/g: a bound kept from earlier (still valid: it only gets looser), or
  * MD__NO_CLASS with g = NAN to compute it now */
-static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
+static void decayheap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
 {
 	e->dcls[slot] = MD__NO_CLASS;
 	if (!e->step_decay) {
@@ -196,10 +202,10 @@ static void d_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uin
 	e->dcls[slot] = (uint8_t)c;
 	uint32_t i = s->dheap_n[c]++;
 	s->dheap[c][i] = (struct md__heap_ent){.key = g, .slot = slot, .pad = 0};
-	d_sift_up(e, s->dheap[c], i);
+	decayheap_sift_up(e, s->dheap[c], i);
 }
 
-static void d_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
+static void decayheap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 {
 	uint32_t c = e->dcls[slot];
 	if (c == MD__NO_CLASS) {
@@ -215,9 +221,9 @@ static void d_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 	hp[i] = hp[last];
 	e->dheap_pos[hp[i].slot] = i;
 	if (hp[i].key < old)
-		d_sift_up(e, hp, i);
+		decayheap_sift_up(e, hp, i);
 	else
-		d_sift_down(e, hp, last, i);
+		decayheap_sift_down(e, hp, last, i);
 }
 
 static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t slot, double key,
@@ -231,8 +237,8 @@ static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t 
 	s->heap[s->heap_n] = ent;
 	e->hpos[slot] = s->heap_n;
 	s->heap_n++;
-	sift_up(e, s, s->heap_n - 1);
-	d_insert(e, s, slot, cls, g);
+	keyheap_sift_up(e, s, s->heap_n - 1);
+	decayheap_insert(e, s, slot, cls, g);
 }
 
 void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
@@ -245,7 +251,7 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 	uint32_t i = e->hpos[slot];
 	if (i >= s->heap_n || s->heap[i].slot != slot)
 		abort(); /* broken invariant */
-	d_remove(e, s, slot);
+	decayheap_remove(e, s, slot);
 	e->hpos[slot] = MD__NO_HEAP;
 	uint32_t last = --s->heap_n;
 	if (i == last)
@@ -253,9 +259,9 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 	struct md__heap_ent old = s->heap[i];
 	heap_place(e, s, i, s->heap[last]);
 	if (ent_less(e, &s->heap[i], &old))
-		sift_up(e, s, i);
+		keyheap_sift_up(e, s, i);
 	else
-		sift_down(e, s, i);
+		keyheap_sift_down(e, s, i);
 }
 
 /* Empties the sequence's heaps at once (every page leaves them). */
@@ -276,7 +282,7 @@ void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, 
 	uint32_t i = e->hpos[slot];
 	s->heap[i].key = key;
 	set_hint(e, slot, key);
-	sift_up(e, s, i);
+	keyheap_sift_up(e, s, i);
 }
 
 void md__index_rebuild(struct md__host *h, struct md__engine *e)
@@ -338,14 +344,14 @@ struct cand {
 	uint32_t pad;
 };
 
-struct head {             /* a sequence's list head: (key, first_pos, slot) */
+struct key_head {             /* a sequence's list head: (key, first_pos, slot) */
 	double key;
 	uint64_t first_pos;
 	uint32_t slot;
 	uint32_t seq;
 };
 
-struct dhead {            /* a decay heap's head: v = g - lambda_c t_seq */
+struct decay_head {            /* a decay heap's head: v = g - lambda_c t_seq */
 	double v;
 	uint32_t seq;
 	uint32_t cls;
@@ -357,7 +363,7 @@ static inline int cand_less(const struct cand *a, const struct cand *b)
 			       b->slot) < 0;
 }
 
-static inline int head_less(const struct head *a, const struct head *b)
+static inline int key_head_less(const struct key_head *a, const struct key_head *b)
 {
 	return md__evict_order(a->key, a->first_pos, a->slot, b->key, b->first_pos, b->slot) < 0;
 }
@@ -366,142 +372,145 @@ struct scope {
 	struct md__host *h;
 	struct md__engine *e;
 	const struct md__policy *pol;
-	struct head *t;
-	size_t nt;
-	struct dhead *d;
-	size_t nd;
+	/* the scope's sequences' key-heap heads, ordered by (key, first_pos, slot) */
+	struct key_head *key_heads;
+	size_t n_key_heads;
+	/* their decay-heap heads, ordered by the decay bound v (memdecay only) */
+	struct decay_head *decay_heads;
+	size_t n_decay_heads;
 	uint64_t nodecay;     /* unseen pages with no decay bound */
 	int turn;
-	int d_built;          /* decay heads are gathered only when key pops do not settle */
+	int decay_heads_built; /* gathered only when key pops do not settle */
 	size_t pops;
 	const uint32_t *seqs;
 	size_t nseqs;
-	struct cand *b;
-	size_t nb, capb;
+	/* popped pages, ordered by exact score (the eviction order) */
+	struct cand *cands;
+	size_t n_cands, cap_cands;
 };
 
-static void t_sift_down(struct scope *sc, size_t i)
+static void key_heads_sift_down(struct scope *sc, size_t i)
 {
-	struct head x = sc->t[i];
+	struct key_head x = sc->key_heads[i];
 	for (;;) {
 		size_t c = 2 * i + 1;
-		if (c >= sc->nt)
+		if (c >= sc->n_key_heads)
 			break;
-		if (c + 1 < sc->nt && head_less(&sc->t[c + 1], &sc->t[c]))
+		if (c + 1 < sc->n_key_heads && key_head_less(&sc->key_heads[c + 1], &sc->key_heads[c]))
 			c++;
-		if (!head_less(&sc->t[c], &x))
+		if (!key_head_less(&sc->key_heads[c], &x))
 			break;
-		sc->t[i] = sc->t[c];
+		sc->key_heads[i] = sc->key_heads[c];
 		i = c;
 	}
-	sc->t[i] = x;
+	sc->key_heads[i] = x;
 }
 
-static void dh_sift_down(struct scope *sc, size_t i)
+static void decay_heads_sift_down(struct scope *sc, size_t i)
 {
-	struct dhead x = sc->d[i];
+	struct decay_head x = sc->decay_heads[i];
 	for (;;) {
 		size_t c = 2 * i + 1;
-		if (c >= sc->nd)
+		if (c >= sc->n_decay_heads)
 			break;
-		if (c + 1 < sc->nd && sc->d[c + 1].v < sc->d[c].v)
+		if (c + 1 < sc->n_decay_heads && sc->decay_heads[c + 1].v < sc->decay_heads[c].v)
 			c++;
-		if (!(sc->d[c].v < x.v))
+		if (!(sc->decay_heads[c].v < x.v))
 			break;
-		sc->d[i] = sc->d[c];
+		sc->decay_heads[i] = sc->decay_heads[c];
 		i = c;
 	}
-	sc->d[i] = x;
+	sc->decay_heads[i] = x;
 }
 
-static inline struct head seq_head(const struct md__engine *e, uint32_t q)
+static inline struct key_head seq_head(const struct md__engine *e, uint32_t q)
 {
 	const struct md__seq *s = &e->seqs[q];
 	uint32_t slot = s->heap[0].slot;
-	return (struct head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
+	return (struct key_head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
 }
 
 /* heads only move up during a scope (pages leave, keys rise): fix lazily */
-static void t_fix(struct scope *sc)
+static void key_heads_fix(struct scope *sc)
 {
-	while (sc->nt) {
-		uint32_t q = sc->t[0].seq;
+	while (sc->n_key_heads) {
+		uint32_t q = sc->key_heads[0].seq;
 		if (sc->e->seqs[q].heap_n == 0) {
-			sc->t[0] = sc->t[--sc->nt];
+			sc->key_heads[0] = sc->key_heads[--sc->n_key_heads];
 		} else {
-			struct head cur = seq_head(sc->e, q);
-			if (cur.key == sc->t[0].key && cur.slot == sc->t[0].slot)
+			struct key_head cur = seq_head(sc->e, q);
+			if (cur.key == sc->key_heads[0].key && cur.slot == sc->key_heads[0].slot)
 				return;
-			sc->t[0] = cur;
+			sc->key_heads[0] = cur;
 		}
-		if (sc->nt)
-			t_sift_down(sc, 0);
+		if (sc->n_key_heads)
+			key_heads_sift_down(sc, 0);
 	}
 }
 
-static void d_fix(struct scope *sc)
+static void decay_heads_fix(struct scope *sc)
 {
-	while (sc->nd) {
-		const struct md__seq *s = &sc->e->seqs[sc->d[0].seq];
-		uint32_t c = sc->d[0].cls;
+	while (sc->n_decay_heads) {
+		const struct md__seq *s = &sc->e->seqs[sc->decay_heads[0].seq];
+		uint32_t c = sc->decay_heads[0].cls;
 		if (s->dheap_n[c] == 0) {
-			sc->d[0] = sc->d[--sc->nd];
+			sc->decay_heads[0] = sc->decay_heads[--sc->n_decay_heads];
 		} else {
 			double v = s->dheap[c][0].key - sc->e->cls_lambda[c] * (double)s->clock;
-			if (v == sc->d[0].v)
+			if (v == sc->decay_heads[0].v)
 				return;
-			sc->d[0].v = v;
+			sc->decay_heads[0].v = v;
 		}
-		if (sc->nd)
-			dh_sift_down(sc, 0);
+		if (sc->n_decay_heads)
+			decay_heads_sift_down(sc, 0);
 	}
 }
 
-static int b_push(struct scope *sc, struct cand c)
+static int cands_push(struct scope *sc, struct cand c)
 {
-	if (sc->nb == sc->capb) {
-		size_t nc = sc->capb ? sc->capb * 2 : 64;
-		struct cand *nb = realloc(sc->b, nc * sizeof(*nb));
+	if (sc->n_cands == sc->cap_cands) {
+		size_t nc = sc->cap_cands ? sc->cap_cands * 2 : 64;
+		struct cand *nb = realloc(sc->cands, nc * sizeof(*nb));
 		if (!nb)
 			return -1;
-		sc->b = nb;
-		sc->capb = nc;
+		sc->cands = nb;
+		sc->cap_cands = nc;
 	}
-	size_t i = sc->nb++;
+	size_t i = sc->n_cands++;
 	while (i > 0) {
 		size_t p = (i - 1) / 2;
-		if (!cand_less(&c, &sc->b[p]))
+		if (!cand_less(&c, &sc->cands[p]))
 			break;
-		sc->b[i] = sc->b[p];
+		sc->cands[i] = sc->cands[p];
 		i = p;
 	}
-	sc->b[i] = c;
+	sc->cands[i] = c;
 	return 0;
 }
 
-static struct cand b_pop(struct scope *sc)
+static struct cand cands_pop(struct scope *sc)
 {
-	struct cand top = sc->b[0];
-	struct cand x = sc->b[--sc->nb];
+	struct cand top = sc->cands[0];
+	struct cand x = sc->cands[--sc->n_cands];
 	size_t i = 0;
 	for (;;) {
 		size_t c = 2 * i + 1;
-		if (c >= sc->nb)
+		if (c >= sc->n_cands)
 			break;
-		if (c + 1 < sc->nb && cand_less(&sc->b[c + 1], &sc->b[c]))
+		if (c + 1 < sc->n_cands && cand_less(&sc->cands[c + 1], &sc->cands[c]))
 			c++;
-		if (!cand_less(&sc->b[c], &x))
+		if (!cand_less(&sc->cands[c], &x))
 			break;
-		sc->b[i] = sc->b[c];
+		sc->cands[i] = sc->cands[c];
 		i = c;
 	}
-	if (sc->nb)
-		sc->b[i] = x;
+	if (sc->n_cands)
+		sc->cands[i] = x;
 	return top;
 }
 
-#define D_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
-static void d_build(struct scope *sc);
+#define DECAY_HEADS_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
+static void decay_heads_build(struct scope *sc);
 #define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
 
 /* The scope's next eviction into *out; 0 when nothing is evictable.
@@ -513,23 +522,23 @@ static int scope_next(struct scope *sc, struct cand *out)
 {
 	struct md__engine *e = sc->e;
 	for (;;) {
-		t_fix(sc);
-		d_fix(sc);
-		if (sc->nt == 0)
+		key_heads_fix(sc);
+		decay_heads_fix(sc);
+		if (sc->n_key_heads == 0)
 			break;
-		if (!sc->d_built && sc->pops >= D_AFTER_POPS && sc->d && !sc->nodecay)
-			d_build(sc);
-		double dmin = (sc->nodecay || !sc->d_built || sc->nd == 0)
-				      ? 0.0 : exp(sc->d[0].v) * D_SHAVE;
-		double thr = sc->t[0].key + dmin;
-		if (sc->nb) {
-			const struct cand *b = &sc->b[0];
+		if (!sc->decay_heads_built && sc->pops >= DECAY_HEADS_AFTER_POPS && sc->decay_heads && !sc->nodecay)
+			decay_heads_build(sc);
+		double dmin = (sc->nodecay || !sc->decay_heads_built || sc->n_decay_heads == 0)
+				      ? 0.0 : exp(sc->decay_heads[0].v) * D_SHAVE;
+		double thr = sc->key_heads[0].key + dmin;
+		if (sc->n_cands) {
+			const struct cand *b = &sc->cands[0];
 			if (b->score < thr)
 				break;
 			/* a score of 0 needs a key of 0: the key list's order decides */
-			if (b->score == 0.0 && sc->t[0].key == 0.0 &&
-			    (b->first_pos < sc->t[0].first_pos ||
-			     (b->first_pos == sc->t[0].first_pos && b->slot < sc->t[0].slot)))
+			if (b->score == 0.0 && sc->key_heads[0].key == 0.0 &&
+			    (b->first_pos < sc->key_heads[0].first_pos ||
+			     (b->first_pos == sc->key_heads[0].first_pos && b->slot < sc->key_heads[0].slot)))
 				break;
 		}
 		sc->turn ^= 1;
@@ -537,13 +546,13 @@ static int scope_next(struct scope *sc, struct cand *out)
 		uint32_t q, slot;
 		struct md__seq *s;
 		struct md__score_in in;
-		if (sc->turn && sc->d_built && sc->nd) {
-			q = sc->d[0].seq;
+		if (sc->turn && sc->decay_heads_built && sc->n_decay_heads) {
+			q = sc->decay_heads[0].seq;
 			s = &e->seqs[q];
-			slot = s->dheap[sc->d[0].cls][0].slot;
+			slot = s->dheap[sc->decay_heads[0].cls][0].slot;
 			md__score_in_init(sc->h, e, slot, &in);
 		} else {
-			q = sc->t[0].seq;
+			q = sc->key_heads[0].seq;
 			s = &e->seqs[q];
 			slot = s->heap[0].slot;
 			md__score_in_init(sc->h, e, slot, &in);
@@ -551,7 +560,7 @@ static int scope_next(struct scope *sc, struct cand *out)
 			if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
 				s->heap[0].key = lb;
 				set_hint(e, slot, lb);
-				sift_down(e, s, 0);
+				keyheap_sift_down(e, s, 0);
 				continue;
 			}
 		}
@@ -563,37 +572,37 @@ static int scope_next(struct scope *sc, struct cand *out)
 				 .cls = e->dcls[slot]};
 		if (c.cls != MD__NO_CLASS)
 			c.g = s->dheap[c.cls][e->dheap_pos[slot]].key;
-		if (b_push(sc, c))
+		if (cands_push(sc, c))
 			break; /* out of memory: decide from what was seen */
 		if (e->dcls[slot] == MD__NO_CLASS)
 			sc->nodecay--;
 		md__heap_remove(e, s, slot);
 	}
-	if (sc->nb == 0)
+	if (sc->n_cands == 0)
 		return 0;
-	*out = b_pop(sc);
+	*out = cands_pop(sc);
 	return 1;
 }
 
 static void scope_end(struct scope *sc)
 {
-	for (size_t i = 0; i < sc->nb; i++) {
-		struct md__seq *s = &sc->e->seqs[sc->b[i].seq];
-		heap_insert_bound(sc->e, s, sc->b[i].slot, sc->b[i].lb, sc->b[i].cls,
-				  sc->b[i].cls == MD__NO_CLASS ? 0.0 : sc->b[i].g);
+	for (size_t i = 0; i < sc->n_cands; i++) {
+		struct md__seq *s = &sc->e->seqs[sc->cands[i].seq];
+		heap_insert_bound(sc->e, s, sc->cands[i].slot, sc->cands[i].lb, sc->cands[i].cls,
+				  sc->cands[i].cls == MD__NO_CLASS ? 0.0 : sc->cands[i].g);
 	}
-	sc->nb = 0;
-	free(sc->d);
-	sc->d = NULL;
+	sc->n_cands = 0;
+	free(sc->decay_heads);
+	sc->decay_heads = NULL;
 }
 
 
-static void d_build(struct scope *sc)
+static void decay_heads_build(struct scope *sc)
 {
 	struct md__engine *e = sc->e;
-	sc->d_built = 1;
-	sc->nd = 0;
-	if (!sc->d)
+	sc->decay_heads_built = 1;
+	sc->n_decay_heads = 0;
+	if (!sc->decay_heads)
 		return;
 	for (size_t i = 0; i < sc->nseqs; i++) {
 		if (i + 8 < sc->nseqs) { /* thousands of cold heads: keep misses in flight */
@@ -605,12 +614,12 @@ static void d_build(struct scope *sc)
 		const struct md__seq *s = &e->seqs[sc->seqs[i]];
 		for (uint32_t c = 0; c < e->n_cls; c++)
 			if (s->dheap_n[c])
-				sc->d[sc->nd++] = (struct dhead){
+				sc->decay_heads[sc->n_decay_heads++] = (struct decay_head){
 					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
 					sc->seqs[i], c};
 	}
-	for (size_t i = sc->nd / 2; i-- > 0;)
-		dh_sift_down(sc, i);
+	for (size_t i = sc->n_decay_heads / 2; i-- > 0;)
+		decay_heads_sift_down(sc, i);
 }
 
 static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *e,
@@ -619,16 +628,16 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	sc->h = h;
 	sc->e = e;
 	sc->pol = md__policy_get(e->policy);
-	sc->b = h->scratch_b;
-	sc->capb = h->scratch_b_cap / sizeof(struct cand);
-	sc->nb = 0;
+	sc->cands = h->scratch_b;
+	sc->cap_cands = h->scratch_b_cap / sizeof(struct cand);
+	sc->n_cands = 0;
 	sc->turn = 0;
 	sc->nodecay = 0;
-	sc->d_built = 0;
+	sc->decay_heads_built = 0;
 	sc->pops = 0;
 	sc->seqs = seqs;
 	sc->nseqs = nseqs;
-	size_t need = nseqs * sizeof(struct head);
+	size_t need = nseqs * sizeof(struct key_head);
 	if (need > h->scratch_a_cap) {
 		void *na = realloc(h->scratch_a, need);
 		if (!na)
@@ -636,10 +645,10 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 		h->scratch_a = na;
 		h->scratch_a_cap = need;
 	}
-	sc->t = h->scratch_a;
-	sc->nt = 0;
-	sc->nd = 0;
-	sc->d = NULL;
+	sc->key_heads = h->scratch_a;
+	sc->n_key_heads = 0;
+	sc->n_decay_heads = 0;
+	sc->decay_heads = NULL;
 	for (size_t i = 0; i < nseqs; i++) {
 		if (i + 8 < nseqs) {
 			const struct md__seq *f = &e->seqs[seqs[i + 8]];
@@ -654,20 +663,20 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 		struct md__seq *s = &e->seqs[seqs[i]];
 		if (!s->heap_n)
 			continue;
-		sc->t[sc->nt++] = seq_head(e, seqs[i]);
+		sc->key_heads[sc->n_key_heads++] = seq_head(e, seqs[i]);
 		sc->nodecay += s->nodecay;
 	}
-	for (size_t i = sc->nt / 2; i-- > 0;)
-		t_sift_down(sc, i);
+	for (size_t i = sc->n_key_heads / 2; i-- > 0;)
+		key_heads_sift_down(sc, i);
 	if (e->step_decay && e->n_cls)
-		sc->d = malloc(nseqs * e->n_cls * sizeof(struct dhead));
+		sc->decay_heads = malloc(nseqs * e->n_cls * sizeof(struct decay_head));
 	return 0;
 }
 
 static void scope_release(struct scope *sc)
 {
-	sc->h->scratch_b = sc->b;
-	sc->h->scratch_b_cap = sc->capb * sizeof(struct cand);
+	sc->h->scratch_b = sc->cands;
+	sc->h->scratch_b_cap = sc->cap_cands * sizeof(struct cand);
 }
 
 static void emit(struct md__host *h, struct md__engine *e, const struct cand *c, uint32_t reason,
