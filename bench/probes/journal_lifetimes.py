@@ -7,7 +7,7 @@ sequence's first tokens (the attention sinks), which a pinned system region cont
 
     journal_lifetimes.py FILE [--grace-steps N] [--sink N] [--json]
 
-Same definitions as sidecar/calibrate.c: birth b at OPEN/GROW, last refresh r (r = b if none),
+Same definitions as sidecar/calib/calibrate.c: birth b at OPEN/GROW, last refresh r (r = b if none),
 L = r - b; an event when the token then went >= grace steps without a refresh by the time it
 stopped being followed (FREE, SEQ_END, DETACH: the last CLOCK of its sequence), else censored.
 Geometric MLE: p = d / (sum L + d), h = ln 2 / -ln(1 - p).
