@@ -20,7 +20,7 @@
 
 #define MD_LLAMA_CMD_BATCH 64
 
-struct md__page {
+struct mdl_page {
 	uint64_t labels;
 	int64_t first_pos;
 	int32_t seq;
@@ -31,7 +31,7 @@ struct md__page {
 	uint32_t slot, gen;
 };
 
-struct md__seq {
+struct mdl_seq {
 	int32_t *page_of;       /* page index (pos / P) -> local page, -1 */
 	uint32_t page_of_cap;
 	llama_pos pos_next;
@@ -57,11 +57,11 @@ struct md_llama {
 	uint8_t *cell_tok;
 
 	/* pages */
-	struct md__page *pages;
+	struct mdl_page *pages;
 	uint32_t page_cap;
 	uint32_t *free_pages, n_free_pages;
 	int32_t *slot_to_page;  /* by daemon slot */
-	struct md__seq *seqs;   /* [n_seq_all] */
+	struct mdl_seq *seqs;   /* [n_seq_all] */
 
 	/* attention reduction outputs */
 	float *token_mass, *page_mass;
@@ -219,7 +219,7 @@ static void md__refresh_params(md_llama *a)
 
 static int md__page_register(md_llama *a, uint32_t p)
 {
-	struct md__page *pg = &a->pages[p];
+	struct mdl_page *pg = &a->pages[p];
 	uint32_t slot, gen;
 	/* Detached, libmemdecay still takes the page into its mirror (and hands
 	 * it to the next daemon on reattach): MD_EDETACHED comes with a slot. */
@@ -245,7 +245,7 @@ static int md__page_register(md_llama *a, uint32_t p)
 static void md__register_missing(md_llama *a)
 {
 	for (uint32_t p = 0; p < a->page_cap; p++) {
-		struct md__page *pg = &a->pages[p];
+		struct mdl_page *pg = &a->pages[p];
 		if (pg->live && !pg->registered && md__page_register(a, p) < 0)
 			break;
 	}
@@ -370,7 +370,7 @@ static int32_t md__page_alloc(md_llama *a)
 	return (int32_t)a->free_pages[--a->n_free_pages];
 }
 
-static int md__seq_page_slot(md_llama *a, struct md__seq *s, uint64_t idx)
+static int md__seq_page_slot(md_llama *a, struct mdl_seq *s, uint64_t idx)
 {
 	if (idx < s->page_of_cap)
 		return 0;
@@ -391,7 +391,7 @@ static int32_t md__page_at(const md_llama *a, llama_seq_id seq, llama_pos pos)
 {
 	if (seq < 0 || (uint32_t)seq >= a->n_seq_all || pos < 0)
 		return -1;
-	const struct md__seq *s = &a->seqs[seq];
+	const struct mdl_seq *s = &a->seqs[seq];
 	uint64_t idx = (uint64_t)pos / a->P;
 	return idx < s->page_of_cap ? s->page_of[idx] : -1;
 }
@@ -410,8 +410,8 @@ static int md__region_majority(uint64_t labels, uint32_t n)
 /* Drops a page's cells from the map and the page from the sequence. */
 static void md__page_release(md_llama *a, uint32_t p)
 {
-	struct md__page *pg = &a->pages[p];
-	struct md__seq *s = &a->seqs[pg->seq];
+	struct mdl_page *pg = &a->pages[p];
+	struct mdl_seq *s = &a->seqs[pg->seq];
 	for (uint32_t c = 0; c < a->n_ctx; c++) {
 		if (a->cell_page[c] == (int32_t)p) {
 			a->cell_seq[c] = -1;
@@ -428,13 +428,13 @@ static void md__page_release(md_llama *a, uint32_t p)
 	a->free_pages[a->n_free_pages++] = p;
 }
 
-static int md__page_is_tail(const md_llama *a, const struct md__page *pg)
+static int md__page_is_tail(const md_llama *a, const struct mdl_page *pg)
 {
 	llama_pos last = a->seqs[pg->seq].pos_next - 1;
 	return last >= pg->first_pos && last < pg->first_pos + (llama_pos)a->P;
 }
 
-static int md__page_pinned(const md_llama *a, const struct md__page *pg)
+static int md__page_pinned(const md_llama *a, const struct mdl_page *pg)
 {
 	uint32_t mask = a->have_params ? a->params.pinned_mask : (1u << MD_REGION_SYSTEM);
 	for (uint32_t k = 0; k < pg->n_tokens; k++)
@@ -446,7 +446,7 @@ static int md__page_pinned(const md_llama *a, const struct md__page *pg)
 /* Frees page p in llama.cpp (positions kept, a hole) and everywhere else. */
 static int md__evict(md_llama *a, uint32_t p, int by_daemon)
 {
-	struct md__page *pg = &a->pages[p];
+	struct mdl_page *pg = &a->pages[p];
 	if (md__page_is_tail(a, pg) || md__page_pinned(a, pg)) {
 		a->st.cmds_refused++;
 		return -EPERM;
@@ -509,14 +509,14 @@ int md_llama_step(md_llama *a)
  * protect_recent newest full pages.  A budget below this cannot be met. */
 static uint64_t md__evict_floor(md_llama *a, llama_seq_id seq)
 {
-	const struct md__seq *s = &a->seqs[seq];
+	const struct mdl_seq *s = &a->seqs[seq];
 	uint64_t floor = 0;
 	uint32_t recent = a->params.protect_recent;
 	for (uint32_t i = s->page_of_cap; i-- > 0;) {
 		int32_t p = s->page_of[i];
 		if (p < 0)
 			continue;
-		const struct md__page *pg = &a->pages[p];
+		const struct mdl_page *pg = &a->pages[p];
 		if (md__page_is_tail(a, pg)) {
 			floor += pg->n_tokens;
 		} else if (recent) {
@@ -536,7 +536,7 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 	if (!a->attached || !a->have_params || !a->params.budget_sequence_tokens)
 		return;
 	uint64_t limit = a->params.budget_sequence_tokens + a->P;
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	if ((uint64_t)s->live_tokens + n_next <= limit)
 		return;
 	uint64_t floor = md__evict_floor(a, seq);
@@ -583,7 +583,7 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 			    const uint8_t *regions, uint32_t n)
 {
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	int32_t touched[MD_PAGE_TOKENS_MAX + 2];
 	uint32_t n_touched = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -597,14 +597,14 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 			p = md__page_alloc(a);
 			if (p < 0)
 				return MD_ENOSLOT;
-			struct md__page *pg = &a->pages[p];
+			struct mdl_page *pg = &a->pages[p];
 			memset(pg, 0, sizeof(*pg));
 			pg->seq = seq;
 			pg->first_pos = (int64_t)idx * a->P;
 			pg->live = 1;
 			s->page_of[idx] = p;
 		}
-		struct md__page *pg = &a->pages[p];
+		struct mdl_page *pg = &a->pages[p];
 		uint32_t k = (uint32_t)(pos - pg->first_pos);
 		pg->labels = md_label_set(pg->labels, k, regions[i]);
 		if (k + 1 > pg->n_tokens) {
@@ -616,7 +616,7 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 			if (n_touched == MD_PAGE_TOKENS_MAX + 2) {
 				/* long prefill: flush what we have so far */
 				for (uint32_t j = 0; j < n_touched; j++) {
-					struct md__page *q = &a->pages[touched[j]];
+					struct mdl_page *q = &a->pages[touched[j]];
 					if (a->client && q->registered && q->dirty) {
 						md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
 						q->dirty = 0;
@@ -632,7 +632,7 @@ static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 	if (!a->client)
 		return 0;
 	for (uint32_t j = 0; j < n_touched; j++) {
-		struct md__page *q = &a->pages[touched[j]];
+		struct mdl_page *q = &a->pages[touched[j]];
 		if (!q->registered)
 			md__page_register(a, (uint32_t)touched[j]);
 		else if (q->dirty) {
@@ -715,7 +715,7 @@ static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint3
 	for (uint32_t r = 0; r < rows; r++) {
 		const float *row = probs + (size_t)r * stride;
 		double live = 0, dead = 0;
-		const struct md__seq *s = &a->seqs[a->cur_seq];
+		const struct mdl_seq *s = &a->seqs[a->cur_seq];
 		for (uint32_t c = 0; c < n_kv; c++) {
 			if (a->cell_seq[c] == a->cur_seq ||
 			    (s->copy_src >= 0 && a->cell_seq[c] == s->copy_src &&
@@ -799,7 +799,7 @@ static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
  * doorbell a step, however many pages (docs/abi.md §8). */
 static void md__publish_step(md_llama *a, llama_seq_id seq, uint32_t n)
 {
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	uint32_t q = (uint32_t)seq, k = 0;
 	if (a->attached && a->cfg.capture_attention) {
 		struct mdk_cell_map map = {
@@ -837,7 +837,7 @@ static void md__publish_step(md_llama *a, llama_seq_id seq, uint32_t n)
  * decoding goes on (docs/design.md §3 local fallback). */
 static int md__local_fallback(md_llama *a, llama_seq_id seq)
 {
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	for (uint32_t i = 0; i < s->page_of_cap; i++) {
 		int32_t p = s->page_of[i];
 		if (p >= 0 && md__evict(a, (uint32_t)p, 0) == 0) {
@@ -853,7 +853,7 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 			  int logits_mode, int last_piece)
 {
 	int tracked = regions != NULL && (uint32_t)seq < a->max_seqs;
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	llama_pos pos0 = s->pos_next;
 	if (tracked) {
 		uint64_t tw = md__now_ns();
@@ -986,7 +986,7 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 			a->cell_page[c] = -1;
 		}
 	}
-	struct md__seq *s = &a->seqs[seq];
+	struct mdl_seq *s = &a->seqs[seq];
 	if (tracked) {
 		for (uint32_t i = 0; i < s->page_of_cap; i++) {
 			int32_t p = s->page_of[i];
@@ -1040,7 +1040,7 @@ int md_llama_token_region(const md_llama *a, llama_seq_id seq, llama_pos pos)
 	int32_t p = md__page_at(a, seq, pos);
 	if (p < 0)
 		return -1;
-	const struct md__page *pg = &a->pages[p];
+	const struct mdl_page *pg = &a->pages[p];
 	uint32_t k = (uint32_t)(pos - pg->first_pos);
 	if (k >= pg->n_tokens)
 		return -1;
