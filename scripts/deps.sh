@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential cmake pkg-config git liburing-dev check libsubunit-dev \
 libzmq3-dev clang libclang-rt-14-dev python3 python3-venv python3-pip \
-libmicrohttpd-dev prometheus systemd groff man-db strace dpkg-dev"
+libmicrohttpd-dev prometheus systemd groff man-db strace dpkg-dev libjansson-dev"
 
 missing=""
 for p in $PKGS; do

@@ -57,4 +57,9 @@ if(TARGET memdecay-agent)
             $<TARGET_FILE:memdecay-agent> "${MEMDECAY_LLAMA_MODEL}"
             ${PROJECT_SOURCE_DIR}/examples/agent_trace.jsonl)
   set_tests_properties(llama_agent_private_daemon PROPERTIES LABELS "llama" TIMEOUT 300)
+  # A malformed trace is refused with the file, line and column or key at fault.
+  add_test(NAME llama_agent_bad_trace
+    COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/agent_bad_trace.sh
+            $<TARGET_FILE:memdecay-agent> "${MEMDECAY_LLAMA_MODEL}")
+  set_tests_properties(llama_agent_bad_trace PROPERTIES LABELS "llama" TIMEOUT 60)
 endif()

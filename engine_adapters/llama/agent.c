@@ -480,7 +480,10 @@ int main(int argc, char **argv)
 	size_t bad_line = 0;
 	int rc = md_trace_load(r.o.trace, &tr, &bad_line);
 	if (rc) {
-		fprintf(stderr, "memdecay-agent: %s: %s (line %zu)\n", r.o.trace, strerror(-rc), bad_line);
+		if (rc == -EINVAL)
+			fprintf(stderr, "memdecay-agent: %s\n", md_trace_error());
+		else
+			fprintf(stderr, "memdecay-agent: %s: %s (line %zu)\n", r.o.trace, strerror(-rc), bad_line);
 		return 1;
 	}
 

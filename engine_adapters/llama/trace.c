@@ -1,255 +1,46 @@
 /*
- * trace.c — a small JSON reader for agent traces: one object per line, string
- * values (with escapes and \u sequences), a nested "probe" object; numbers,
- * booleans, null and arrays are parsed and ignored.
+ * trace.c — reads agent traces (docs/design.md §5) with jansson: one JSON
+ * object per line, a message (role, content, optional region) or a probe
+ * ({"probe": {question, answer, optional region}}).  Other keys are ignored.
  */
 #include "trace.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct jp {
-	const char *s;
-	int err;
-};
+#include <jansson.h>
 
-static void ws(struct jp *p)
+static char trace_err[512];
+
+static void set_err(const char *path, size_t line, const char *fmt, ...)
 {
-	while (*p->s == ' ' || *p->s == '\t' || *p->s == '\r' || *p->s == '\n')
-		p->s++;
+	int n = snprintf(trace_err, sizeof(trace_err), "%s:%zu: ", path, line);
+	if (n < 0 || (size_t)n >= sizeof(trace_err))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(trace_err + n, sizeof(trace_err) - (size_t)n, fmt, ap);
+	va_end(ap);
 }
 
-static int hex4(const char *s, unsigned *out)
-{
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++) {
-		char c = s[i];
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v |= (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v |= (unsigned)(c - 'A' + 10);
-		else
-			return -1;
-	}
-	*out = v;
-	return 0;
-}
+const char *md_trace_error(void) { return trace_err; }
 
-static void put_utf8(char **o, unsigned cp)
+/* Copies obj[key] into *dst when it is a string; a key of another type is an error. */
+static int take_string(json_t *obj, const char *key, const char *where, char **dst,
+		       const char *path, size_t line)
 {
-	char *d = *o;
-	if (cp < 0x80) {
-		*d++ = (char)cp;
-	} else if (cp < 0x800) {
-		*d++ = (char)(0xc0 | (cp >> 6));
-		*d++ = (char)(0x80 | (cp & 0x3f));
-	} else if (cp < 0x10000) {
-		*d++ = (char)(0xe0 | (cp >> 12));
-		*d++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-		*d++ = (char)(0x80 | (cp & 0x3f));
-	} else {
-		*d++ = (char)(0xf0 | (cp >> 18));
-		*d++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-		*d++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-		*d++ = (char)(0x80 | (cp & 0x3f));
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return 0;
+	if (!json_is_string(v)) {
+		set_err(path, line, "key \"%s%s\" must be a string", where, key);
+		return -EINVAL;
 	}
-	*o = d;
-}
-
-/* Parses a string at p->s (which is at the opening quote); returns a malloc'd copy. */
-static char *jstring(struct jp *p)
-{
-	if (*p->s != '"') {
-		p->err = 1;
-		return NULL;
-	}
-	const char *s = ++p->s;
-	size_t cap = 0;
-	while (s[cap] && s[cap] != '"') {
-		if (s[cap] == '\\' && s[cap + 1])
-			cap++;
-		cap++;
-	}
-	char *out = malloc(cap * 2 + 8), *o = out;
-	if (!out) {
-		p->err = 1;
-		return NULL;
-	}
-	while (*s && *s != '"') {
-		if (*s != '\\') {
-			*o++ = *s++;
-			continue;
-		}
-		s++;
-		switch (*s) {
-		case 'n': *o++ = '\n'; s++; break;
-		case 't': *o++ = '\t'; s++; break;
-		case 'r': *o++ = '\r'; s++; break;
-		case 'b': *o++ = '\b'; s++; break;
-		case 'f': *o++ = '\f'; s++; break;
-		case 'u': {
-			unsigned cp, lo;
-			if (hex4(s + 1, &cp)) {
-				p->err = 1;
-				free(out);
-				return NULL;
-			}
-			s += 5;
-			if (cp >= 0xd800 && cp < 0xdc00 && s[0] == '\\' && s[1] == 'u' &&
-			    !hex4(s + 2, &lo) && lo >= 0xdc00 && lo < 0xe000) {
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-				s += 6;
-			}
-			put_utf8(&o, cp);
-			break;
-		}
-		case '\0':
-			break;
-		default: *o++ = *s++; break;
-		}
-	}
-	if (*s != '"') {
-		p->err = 1;
-		free(out);
-		return NULL;
-	}
-	*o = '\0';
-	p->s = s + 1;
-	return out;
-}
-
-static void jskip(struct jp *p, int depth);
-
-static void jskip_container(struct jp *p, char close, int depth)
-{
-	p->s++;
-	ws(p);
-	if (*p->s == close) {
-		p->s++;
-		return;
-	}
-	for (;;) {
-		ws(p);
-		if (close == '}') {
-			free(jstring(p));
-			ws(p);
-			if (*p->s != ':') {
-				p->err = 1;
-				return;
-			}
-			p->s++;
-		}
-		jskip(p, depth + 1);
-		if (p->err)
-			return;
-		ws(p);
-		if (*p->s == ',') {
-			p->s++;
-			continue;
-		}
-		if (*p->s == close) {
-			p->s++;
-			return;
-		}
-		p->err = 1;
-		return;
-	}
-}
-
-static void jskip(struct jp *p, int depth)
-{
-	ws(p);
-	if (depth > 32) {
-		p->err = 1;
-		return;
-	}
-	if (*p->s == '"')
-		free(jstring(p));
-	else if (*p->s == '{')
-		jskip_container(p, '}', depth);
-	else if (*p->s == '[')
-		jskip_container(p, ']', depth);
-	else if (strchr("-0123456789tfn", *p->s) && *p->s)
-		while (*p->s && !strchr(",}] \t\r\n", *p->s))
-			p->s++;
-	else
-		p->err = 1;
-}
-
-/* Reads an object of string fields; "probe" recurses once. */
-static void jobject(struct jp *p, struct md_trace_item *it, int in_probe)
-{
-	ws(p);
-	if (*p->s != '{') {
-		p->err = 1;
-		return;
-	}
-	p->s++;
-	ws(p);
-	if (*p->s == '}') {
-		p->s++;
-		return;
-	}
-	for (;;) {
-		ws(p);
-		char *key = jstring(p);
-		if (!key)
-			return;
-		ws(p);
-		if (*p->s != ':') {
-			free(key);
-			p->err = 1;
-			return;
-		}
-		p->s++;
-		ws(p);
-		char **dst = NULL;
-		if (!in_probe && !strcmp(key, "probe") && *p->s == '{') {
-			it->is_probe = 1;
-			jobject(p, it, 1);
-		} else if (*p->s == '"') {
-			if (!in_probe && !strcmp(key, "role"))
-				dst = &it->role;
-			else if (!in_probe && !strcmp(key, "content"))
-				dst = &it->content;
-			else if (!in_probe && !strcmp(key, "region"))
-				dst = &it->region;
-			else if (in_probe && !strcmp(key, "question"))
-				dst = &it->question;
-			else if (in_probe && !strcmp(key, "answer"))
-				dst = &it->answer;
-			else if (in_probe && !strcmp(key, "region"))
-				dst = &it->probe_region;
-			char *v = jstring(p);
-			if (dst) {
-				free(*dst);
-				*dst = v;
-			} else {
-				free(v);
-			}
-		} else {
-			jskip(p, 1);
-		}
-		free(key);
-		if (p->err)
-			return;
-		ws(p);
-		if (*p->s == ',') {
-			p->s++;
-			continue;
-		}
-		if (*p->s == '}') {
-			p->s++;
-			return;
-		}
-		p->err = 1;
-		return;
-	}
+	*dst = strdup(json_string_value(v));
+	return *dst ? 0 : -ENOMEM;
 }
 
 static void item_free(struct md_trace_item *it)
@@ -262,48 +53,85 @@ static void item_free(struct md_trace_item *it)
 	free(it->probe_region);
 }
 
+static int parse_item(json_t *obj, struct md_trace_item *it, const char *path, size_t line)
+{
+	int rc;
+	if (!json_is_object(obj)) {
+		set_err(path, line, "column 1: a trace line must be a JSON object");
+		return -EINVAL;
+	}
+	json_t *probe = json_object_get(obj, "probe");
+	if (probe && json_is_object(probe)) {
+		it->is_probe = 1;
+		if ((rc = take_string(probe, "question", "probe.", &it->question, path, line)) ||
+		    (rc = take_string(probe, "answer", "probe.", &it->answer, path, line)) ||
+		    (rc = take_string(probe, "region", "probe.", &it->probe_region, path, line)))
+			return rc;
+		if (!it->question || !it->answer) {
+			set_err(path, line, "probe lacks key \"probe.%s\"", it->question ? "answer" : "question");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if ((rc = take_string(obj, "role", "", &it->role, path, line)) ||
+	    (rc = take_string(obj, "content", "", &it->content, path, line)) ||
+	    (rc = take_string(obj, "region", "", &it->region, path, line)))
+		return rc;
+	if (!it->role || !it->content) {
+		set_err(path, line, "message lacks key \"%s\"", it->role ? "content" : "role");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int blank(const char *s)
+{
+	return s[strspn(s, " \t\r\n")] == '\0';
+}
+
 int md_trace_load(const char *path, struct md_trace *out, size_t *line)
 {
+	trace_err[0] = '\0';
 	FILE *f = fopen(path, "r");
-	if (!f)
-		return -errno;
+	if (!f) {
+		int e = errno;
+		snprintf(trace_err, sizeof(trace_err), "%s: %s", path, strerror(e));
+		return -e;
+	}
 	memset(out, 0, sizeof(*out));
-	size_t cap = 0, lineno = 0;
+	size_t cap = 0, lineno = 0, bufcap = 0;
 	char *buf = NULL;
-	size_t bufcap = 0;
-	ssize_t len;
 	int rc = 0;
-	while ((len = getline(&buf, &bufcap, f)) >= 0) {
+	while (getline(&buf, &bufcap, f) >= 0) {
 		lineno++;
-		struct jp p = {buf, 0};
-		ws(&p);
-		if (!*p.s)
+		if (blank(buf))
 			continue;
+		json_error_t jerr;
+		json_t *obj = json_loads(buf, 0, &jerr);
+		if (!obj) {
+			set_err(path, lineno, "column %d: %s", jerr.column, jerr.text);
+			rc = -EINVAL;
+		}
 		struct md_trace_item it;
 		memset(&it, 0, sizeof(it));
-		jobject(&p, &it, 0);
-		ws(&p);
-		int bad = p.err || *p.s;
-		if (!bad && it.is_probe)
-			bad = !it.question || !it.answer;
-		else if (!bad)
-			bad = !it.role || !it.content;
-		if (bad) {
+		if (!rc)
+			rc = parse_item(obj, &it, path, lineno);
+		json_decref(obj);
+		if (!rc && out->n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct md_trace_item *n = realloc(out->items, ncap * sizeof(*n));
+			if (n) {
+				out->items = n;
+				cap = ncap;
+			} else {
+				rc = -ENOMEM;
+			}
+		}
+		if (rc) {
 			item_free(&it);
-			rc = -EINVAL;
 			if (line)
 				*line = lineno;
 			break;
-		}
-		if (out->n == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct md_trace_item *n = realloc(out->items, cap * sizeof(*n));
-			if (!n) {
-				item_free(&it);
-				rc = -ENOMEM;
-				break;
-			}
-			out->items = n;
 		}
 		out->items[out->n++] = it;
 	}

@@ -24,6 +24,8 @@ struct md_trace {
 
 /* Returns 0, or -errno / -EINVAL with *line set to the offending line. */
 int md_trace_load(const char *path, struct md_trace *out, size_t *line);
+/* After a failed md_trace_load: "FILE:LINE: column C: ..." or the key at fault. */
+const char *md_trace_error(void);
 void md_trace_free(struct md_trace *t);
 
 #endif
