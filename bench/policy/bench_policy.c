@@ -56,7 +56,7 @@ static uint32_t naive_pick(struct md__host *h, struct md__engine *e, struct naiv
 		if (pg->state != MD__SLOT_LIVE || (pg->flags & (MD__PF_PINNED | MD__PF_PROT | MD__PF_SINK)))
 			continue;
 		struct md__score_in in;
-		md__score_in_init(h, e, pg->seq, &in);
+		md__score_in_init(h, e, s, &in);
 		struct naive c = {pol->score(pg, &e->t_refresh[(size_t)s * e->page_tokens], &in, NULL),
 				  pg->first_pos, s, 0};
 		if (sort)
