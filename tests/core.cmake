@@ -11,3 +11,13 @@ endforeach()
 add_test(NAME layering COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/layout/layering.py
   --root ${PROJECT_SOURCE_DIR})
 set_tests_properties(layering PROPERTIES LABELS "no_asan" TIMEOUT 60)
+
+# The policy bench's own cross-check at a small size, for every policy: its
+# naive pick, the index and the oracle must agree (it exits 1 on a mismatch).
+if(TARGET memdecay-bench-policy)
+  foreach(pol memdecay memdecay-norm h2o recency random memdecay-turn)
+    add_test(NAME bench_policy_oracle_${pol}
+      COMMAND memdecay-bench-policy --pages 1000,5000 --policy ${pol})
+    set_tests_properties(bench_policy_oracle_${pol} PROPERTIES TIMEOUT 120)
+  endforeach()
+endif()
