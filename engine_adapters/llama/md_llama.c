@@ -1,110 +1,19 @@
 /*
- * md_llama.c — the llama.cpp adapter: cell map, attention capture, pages,
- * commands, fail-open.  See md_llama.h for the contract and docs/llama.md for
- * why the cell map comes from SET_ROWS and why ubatches are one sequence.
+ * md_llama.c — the llama.cpp adapter: create/bind, the daemon link, commands,
+ * the budget wait, decoding and fail-open.  The cell map is in
+ * md_llama_cells.c, the page mirror in md_llama_pages.c, cb_eval and the
+ * attention reduction in md_llama_attn.c.  See md_llama.h for the contract and
+ * docs/llama.md for why the cell map comes from SET_ROWS and why ubatches are
+ * one sequence.
  */
-#include "md_llama.h"
+#include "md_llama_internal.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <ggml.h>
-#include <ggml-backend.h>
-
-#include "memdecay.h"
 #include "md_kernels.h"
-
-#define MD_LLAMA_CMD_BATCH 64
-
-struct mdl_page {
-	uint64_t labels;
-	int64_t first_pos;
-	int32_t seq;
-	uint16_t n_tokens;
-	uint8_t live;
-	uint8_t registered;  /* the daemon knows it (slot, gen valid) */
-	uint8_t dirty;       /* grew since the last PAGE_GROW */
-	uint32_t slot, gen;
-};
-
-struct mdl_seq {
-	int32_t *page_of;       /* page index (pos / P) -> local page, -1 */
-	uint32_t page_of_cap;
-	llama_pos pos_next;
-	uint32_t live_tokens;
-	int32_t copy_src;       /* a copy sees src's cells below copy_end */
-	llama_pos copy_end;
-};
-
-struct md_llama {
-	struct md_llama_config cfg;
-	char *socket_path, *engine_name, *policy;
-	const struct llama_model *model;
-	struct llama_context *ctx;
-	llama_memory_t mem;
-	uint32_t P;
-	uint32_t n_layer, n_layer_observed;
-	uint32_t n_ctx, n_ubatch;
-	uint32_t max_seqs;      /* tracked */
-	uint32_t n_seq_all;     /* all sequence ids the map accepts */
-
-	/* cell map */
-	int32_t *cell_seq, *cell_pos, *cell_page;
-	uint8_t *cell_tok;
-
-	/* pages */
-	struct mdl_page *pages;
-	uint32_t page_cap;
-	uint32_t *free_pages, n_free_pages;
-	int32_t *slot_to_page;  /* by daemon slot */
-	struct mdl_seq *seqs;   /* [n_seq_all] */
-
-	/* attention reduction outputs */
-	float *token_mass, *page_mass;
-	uint16_t *refresh;
-	/* one step's attention, gathered for md_publish_batch */
-	uint32_t *batch_slot;
-	float *batch_mass;
-	uint16_t *batch_refresh;
-	float *scratch;         /* device tensors copied to host */
-	size_t scratch_floats;
-
-	/* the ubatch being decoded */
-	llama_seq_id cur_seq;
-	llama_pos cur_pos0;
-	uint32_t cur_n;
-	int cur_tracked;
-	int cur_idx_seen;
-	int in_decode;
-
-	/* daemon */
-	md_client *client;
-	int attached;
-	uint64_t next_retry_ns, backoff_ns;
-	struct md_params_view params;
-	int have_params;
-
-	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
-	int wait_suppressed;
-	uint64_t last_keepalive_ns;
-	uint64_t evictions_at_timeout;
-	int have_batch;
-
-	struct md_llama_stats st;
-	double live_weighted_sum;
-	uint64_t live_weight;
-};
-
-static uint64_t md__now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static char *md__strdup(const char *s)
 {
@@ -188,11 +97,9 @@ void md_llama_destroy(md_llama *a)
 	free(a);
 }
 
-static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user);
-
 void md_llama_context_params(md_llama *a, struct llama_context_params *cp)
 {
-	cp->cb_eval = md__cb_eval;
+	cp->cb_eval = mdl_cb_eval;
 	cp->cb_eval_user_data = a;
 	cp->flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
 	/* One stream: one cell index space and kq_soft_max ne[3] == 1. */
@@ -217,40 +124,6 @@ static void md__refresh_params(md_llama *a)
 		a->have_params = 1;
 }
 
-static int md__page_register(md_llama *a, uint32_t p)
-{
-	struct mdl_page *pg = &a->pages[p];
-	uint32_t slot, gen;
-	/* Detached, libmemdecay still takes the page into its mirror (and hands
-	 * it to the next daemon on reattach): MD_EDETACHED comes with a slot. */
-	int rc = md_page_open(a->client, (uint32_t)pg->seq, (uint64_t)pg->first_pos,
-			      pg->n_tokens, pg->labels, &slot, &gen);
-	if (rc < 0 && rc != MD_EDETACHED)
-		return rc;
-	if (slot >= a->page_cap) {
-		/* The client's slot space is sized by us; anything else is a bug there. */
-		md_page_free(a->client, slot, MD_FREE_FINISHED);
-		return -ERANGE;
-	}
-	pg->slot = slot;
-	pg->gen = gen;
-	pg->registered = 1;
-	pg->dirty = 0;
-	a->slot_to_page[slot] = (int32_t)p;
-	return 0;
-}
-
-/* After an attach to a daemon that has never heard of some pages (they were
- * opened while detached), declare them. */
-static void md__register_missing(md_llama *a)
-{
-	for (uint32_t p = 0; p < a->page_cap; p++) {
-		struct mdl_page *pg = &a->pages[p];
-		if (pg->live && !pg->registered && md__page_register(a, p) < 0)
-			break;
-	}
-}
-
 static void md__on_attached(md_llama *a, int first)
 {
 	char buf[64];
@@ -263,7 +136,7 @@ static void md__on_attached(md_llama *a, int first)
 		md__notice(a, "memdecay: reattached to memdecayd (instance %s)", buf);
 	}
 	md__refresh_params(a);
-	md__register_missing(a);
+	mdl_register_missing(a);
 }
 
 static void md__on_detached(md_llama *a)
@@ -273,12 +146,12 @@ static void md__on_detached(md_llama *a)
 	md__notice(a, "memdecay: memdecayd unreachable (%s); decoding continues without evictions",
 		   a->client ? md_client_last_error(a->client) : "no client");
 	a->backoff_ns = 100000000ull;
-	a->next_retry_ns = md__now_ns() + a->backoff_ns;
+	a->next_retry_ns = mdl_now_ns() + a->backoff_ns;
 }
 
 static void md__try_reattach(md_llama *a)
 {
-	uint64_t now = md__now_ns();
+	uint64_t now = mdl_now_ns();
 	if (!a->client || now < a->next_retry_ns)
 		return;
 	if (md_client_reattach(a->client) == 0 && md_client_attached(a->client)) {
@@ -361,110 +234,6 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	return 0;
 }
 
-/* ---- pages ---- */
-
-static int32_t md__page_alloc(md_llama *a)
-{
-	if (!a->n_free_pages)
-		return -1;
-	return (int32_t)a->free_pages[--a->n_free_pages];
-}
-
-static int md__seq_page_slot(md_llama *a, struct mdl_seq *s, uint64_t idx)
-{
-	if (idx < s->page_of_cap)
-		return 0;
-	uint32_t cap = s->page_of_cap ? s->page_of_cap : 64;
-	while (cap <= idx)
-		cap *= 2;
-	int32_t *n = realloc(s->page_of, sizeof(int32_t) * cap);
-	if (!n)
-		return -ENOMEM;
-	for (uint32_t i = s->page_of_cap; i < cap; i++)
-		n[i] = -1;
-	s->page_of = n;
-	s->page_of_cap = cap;
-	return 0;
-}
-
-static int32_t md__page_at(const md_llama *a, llama_seq_id seq, llama_pos pos)
-{
-	if (seq < 0 || (uint32_t)seq >= a->n_seq_all || pos < 0)
-		return -1;
-	const struct mdl_seq *s = &a->seqs[seq];
-	uint64_t idx = (uint64_t)pos / a->P;
-	return idx < s->page_of_cap ? s->page_of[idx] : -1;
-}
-
-static int md__region_majority(uint64_t labels, uint32_t n)
-{
-	unsigned cnt[16] = {0}, best = 0;
-	for (uint32_t k = 0; k < n; k++)
-		cnt[md_label_get(labels, k)]++;
-	for (unsigned r = 1; r < 16; r++)
-		if (cnt[r] > cnt[best])
-			best = r;
-	return (int)best;
-}
-
-/* Drops a page's cells from the map and the page from the sequence. */
-static void md__page_release(md_llama *a, uint32_t p)
-{
-	struct mdl_page *pg = &a->pages[p];
-	struct mdl_seq *s = &a->seqs[pg->seq];
-	for (uint32_t c = 0; c < a->n_ctx; c++) {
-		if (a->cell_page[c] == (int32_t)p) {
-			a->cell_seq[c] = -1;
-			a->cell_pos[c] = -1;
-			a->cell_page[c] = -1;
-		}
-	}
-	s->page_of[(uint64_t)pg->first_pos / a->P] = -1;
-	s->live_tokens -= pg->n_tokens;
-	if (pg->registered && a->slot_to_page[pg->slot] == (int32_t)p)
-		a->slot_to_page[pg->slot] = -1;
-	pg->live = 0;
-	pg->registered = 0;
-	a->free_pages[a->n_free_pages++] = p;
-}
-
-static int md__page_is_tail(const md_llama *a, const struct mdl_page *pg)
-{
-	llama_pos last = a->seqs[pg->seq].pos_next - 1;
-	return last >= pg->first_pos && last < pg->first_pos + (llama_pos)a->P;
-}
-
-static int md__page_pinned(const md_llama *a, const struct mdl_page *pg)
-{
-	uint32_t mask = a->have_params ? a->params.pinned_mask : (1u << MD_REGION_SYSTEM);
-	for (uint32_t k = 0; k < pg->n_tokens; k++)
-		if (mask & (1u << md_label_get(pg->labels, k)))
-			return 1;
-	return 0;
-}
-
-/* Frees page p in llama.cpp (positions kept, a hole) and everywhere else. */
-static int md__evict(md_llama *a, uint32_t p, int by_daemon)
-{
-	struct mdl_page *pg = &a->pages[p];
-	if (md__page_is_tail(a, pg) || md__page_pinned(a, pg)) {
-		a->st.cmds_refused++;
-		return -EPERM;
-	}
-	if (!llama_memory_seq_rm(a->mem, pg->seq, (llama_pos)pg->first_pos,
-				 (llama_pos)(pg->first_pos + a->P))) {
-		a->st.seq_rm_failed++;
-		return -EIO;
-	}
-	a->st.evictions++;
-	a->st.evicted_tokens += pg->n_tokens;
-	a->st.evictions_by_region[md__region_majority(pg->labels, pg->n_tokens)]++;
-	if (pg->registered && a->client)
-		md_page_free(a->client, pg->slot, by_daemon ? MD_FREE_EVICTED : MD_FREE_FINISHED);
-	md__page_release(a, p);
-	return 0;
-}
-
 static void md__apply_commands(md_llama *a)
 {
 	struct md_evict cmds[MD_LLAMA_CMD_BATCH];
@@ -479,7 +248,7 @@ static void md__apply_commands(md_llama *a)
 				a->st.cmds_stale++;
 				continue;
 			}
-			md__evict(a, (uint32_t)p, 1);
+			mdl_evict(a, (uint32_t)p, 1);
 		}
 		if (n < MD_LLAMA_CMD_BATCH)
 			return;
@@ -517,12 +286,12 @@ static uint64_t md__evict_floor(md_llama *a, llama_seq_id seq)
 		if (p < 0)
 			continue;
 		const struct mdl_page *pg = &a->pages[p];
-		if (md__page_is_tail(a, pg)) {
+		if (mdl_page_is_tail(a, pg)) {
 			floor += pg->n_tokens;
 		} else if (recent) {
 			recent--;
 			floor += pg->n_tokens;
-		} else if (md__page_pinned(a, pg)) {
+		} else if (mdl_page_pinned(a, pg)) {
 			floor += pg->n_tokens;
 		}
 	}
@@ -551,10 +320,10 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 		return;
 	a->wait_suppressed = 0;
 	a->st.budget_waits++;
-	uint64_t deadline = md__now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
+	uint64_t deadline = mdl_now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
 	uint64_t ev_seen = a->st.evictions;
 	while ((uint64_t)s->live_tokens + n_next > limit) {
-		uint64_t now = md__now_ns();
+		uint64_t now = mdl_now_ns();
 		if (a->st.evictions != ev_seen) {
 			/* The daemon decided and evicted what it could in one go; if
 			 * nothing more comes at once, that is as low as it gets. */
@@ -579,75 +348,11 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 	}
 }
 
-/* Declares the pages the tokens [pos0, pos0+n) of seq go into. */
-static int md__pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
-			    const uint8_t *regions, uint32_t n)
-{
-	struct mdl_seq *s = &a->seqs[seq];
-	int32_t touched[MD_PAGE_TOKENS_MAX + 2];
-	uint32_t n_touched = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		llama_pos pos = pos0 + (llama_pos)i;
-		uint64_t idx = (uint64_t)pos / a->P;
-		int rc = md__seq_page_slot(a, s, idx);
-		if (rc < 0)
-			return rc;
-		int32_t p = s->page_of[idx];
-		if (p < 0) {
-			p = md__page_alloc(a);
-			if (p < 0)
-				return MD_ENOSLOT;
-			struct mdl_page *pg = &a->pages[p];
-			memset(pg, 0, sizeof(*pg));
-			pg->seq = seq;
-			pg->first_pos = (int64_t)idx * a->P;
-			pg->live = 1;
-			s->page_of[idx] = p;
-		}
-		struct mdl_page *pg = &a->pages[p];
-		uint32_t k = (uint32_t)(pos - pg->first_pos);
-		pg->labels = md_label_set(pg->labels, k, regions[i]);
-		if (k + 1 > pg->n_tokens) {
-			s->live_tokens += k + 1 - pg->n_tokens;
-			pg->n_tokens = (uint16_t)(k + 1);
-		}
-		pg->dirty = 1;
-		if (!n_touched || touched[n_touched - 1] != p) {
-			if (n_touched == MD_PAGE_TOKENS_MAX + 2) {
-				/* long prefill: flush what we have so far */
-				for (uint32_t j = 0; j < n_touched; j++) {
-					struct mdl_page *q = &a->pages[touched[j]];
-					if (a->client && q->registered && q->dirty) {
-						md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
-						q->dirty = 0;
-					} else if (a->client && !q->registered) {
-						md__page_register(a, (uint32_t)touched[j]);
-					}
-				}
-				n_touched = 0;
-			}
-			touched[n_touched++] = p;
-		}
-	}
-	if (!a->client)
-		return 0;
-	for (uint32_t j = 0; j < n_touched; j++) {
-		struct mdl_page *q = &a->pages[touched[j]];
-		if (!q->registered)
-			md__page_register(a, (uint32_t)touched[j]);
-		else if (q->dirty) {
-			md_page_grow(a->client, q->slot, q->n_tokens, q->labels);
-			q->dirty = 0;
-		}
-	}
-	return 0;
-}
-
 /* The daemon takes an engine whose heartbeat is stale for hung.  A long
  * prefill or a probe on a copy (no tracked step, so no command poll) must
  * still beat: md_client_check refreshes it and is cheap (rate-limited here,
  * its socket peek is limited to every 100 ms in libmemdecay). */
-static void md__keepalive(md_llama *a, uint64_t now)
+void mdl_keepalive(md_llama *a, uint64_t now)
 {
 	if (!a->client || !a->attached || now - a->last_keepalive_ns < 50000000ull)
 		return;
@@ -655,183 +360,7 @@ static void md__keepalive(md_llama *a, uint64_t now)
 	md_client_check(a->client, a->cfg.heartbeat_timeout_ms);
 }
 
-/* ---- cb_eval: what the graph shows ---- */
-
-static int md__name_is(const char *name, const char *prefix, size_t len)
-{
-	return strncmp(name, prefix, len) == 0;
-}
-
-static const void *md__tensor_host(md_llama *a, const struct ggml_tensor *t, size_t nbytes)
-{
-	if (!t->buffer || ggml_backend_buffer_is_host(t->buffer))
-		return t->data;
-	size_t need = (nbytes + sizeof(float) - 1) / sizeof(float);
-	if (need > a->scratch_floats) {
-		float *n = realloc(a->scratch, need * sizeof(float));
-		if (!n)
-			return NULL;
-		a->scratch = n;
-		a->scratch_floats = need;
-	}
-	ggml_backend_tensor_get((struct ggml_tensor *)t, a->scratch, 0, nbytes);
-	return a->scratch;
-}
-
-static void md__observe_kv_write(md_llama *a, const struct ggml_tensor *t)
-{
-	const struct ggml_tensor *idx = t->src[1];
-	if (!idx || (idx->type != GGML_TYPE_I64 && idx->type != GGML_TYPE_I32))
-		return;
-	int64_t n = ggml_nelements(idx);
-	if (n != (int64_t)a->cur_n)
-		return;  /* not the ubatch we issued: leave the map alone (counted) */
-	const void *data = md__tensor_host(a, idx, ggml_nbytes(idx));
-	if (!data)
-		return;
-	for (int64_t j = 0; j < n; j++) {
-		int64_t cell = idx->type == GGML_TYPE_I64 ? ((const int64_t *)data)[j]
-							   : ((const int32_t *)data)[j];
-		if (cell < 0 || cell >= (int64_t)a->n_ctx)
-			continue;
-		llama_pos pos = a->cur_pos0 + (llama_pos)j;
-		a->cell_seq[cell] = a->cur_seq;
-		a->cell_pos[cell] = pos;
-		if (a->cur_tracked) {
-			int32_t p = md__page_at(a, a->cur_seq, pos);
-			a->cell_page[cell] = p;
-			a->cell_tok[cell] = p >= 0 ? (uint8_t)(pos - a->pages[p].first_pos) : 0;
-		} else {
-			a->cell_page[cell] = -1;
-		}
-	}
-	a->st.map_writes += (uint64_t)n;
-	a->cur_idx_seen = 1;
-}
-
-static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint32_t rows,
-			   uint32_t stride)
-{
-	for (uint32_t r = 0; r < rows; r++) {
-		const float *row = probs + (size_t)r * stride;
-		double live = 0, dead = 0;
-		const struct mdl_seq *s = &a->seqs[a->cur_seq];
-		for (uint32_t c = 0; c < n_kv; c++) {
-			if (a->cell_seq[c] == a->cur_seq ||
-			    (s->copy_src >= 0 && a->cell_seq[c] == s->copy_src &&
-			     a->cell_pos[c] < s->copy_end))
-				live += row[c];
-			else
-				dead += row[c];
-		}
-		double err = fabs(live - 1.0);
-		if (err > a->st.row_sum_max_err)
-			a->st.row_sum_max_err = err;
-		if (dead > a->st.row_dead_mass_max)
-			a->st.row_dead_mass_max = dead;
-	}
-}
-
-static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
-{
-	if (t->type != GGML_TYPE_F32 || t->ne[3] != 1)
-		return;
-	uint32_t n_kv = (uint32_t)t->ne[0];
-	uint32_t n_q = (uint32_t)t->ne[1];
-	uint32_t n_head = (uint32_t)t->ne[2];
-	if (n_kv > a->n_ctx || t->nb[0] != sizeof(float) || t->nb[2] != t->nb[1] * t->ne[1])
-		return;
-	const float *data = md__tensor_host(a, t, ggml_nbytes(t));
-	if (!data)
-		return;
-	uint32_t stride = (uint32_t)(t->nb[1] / sizeof(float));
-	if (a->cfg.check_rows)
-		md__check_rows(a, data, n_kv, n_q * n_head, stride);
-	if (!a->cur_tracked)
-		return;
-	/* The tensor is [head][query][cell]; the reduction is a mean over all
-	 * (query, head) rows, so handing it over as n_q*n_head rows is exact. */
-	struct mdk_probs pr = {
-		.probs = data, .n_query = n_q * n_head, .n_head = 1, .n_kv = n_kv,
-		.row_stride = stride,
-	};
-	struct mdk_cell_map map = {
-		.page = a->cell_page, .token = a->cell_tok, .n_kv = n_kv,
-		.n_pages = a->page_cap, .page_tokens = a->P,
-	};
-	struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
-	mdk_page_mass_accumulate(&pr, &map, 1.0f / (float)a->n_layer_observed, &out,
-				 MDK_IMPL_AUTO);
-	a->st.layers_observed++;
-}
-
-static bool md__cb_eval(struct ggml_tensor *t, bool ask, void *user)
-{
-	md_llama *a = user;
-	if (!a->in_decode)
-		return false;
-	if (ask) {
-		if (t->op == GGML_OP_SET_ROWS && md__name_is(t->name, "cache_k_l0", 10) &&
-		    (t->name[10] == ' ' || t->name[10] == '\0'))
-			return true;
-		if (a->cfg.capture_attention && t->op == GGML_OP_SOFT_MAX &&
-		    md__name_is(t->name, "kq_soft_max-", 12)) {
-			long il = strtol(t->name + 12, NULL, 10);
-			return il >= 0 && (uint32_t)il % a->cfg.layer_stride == 0;
-		}
-		return false;
-	}
-	uint64_t t0 = md__now_ns();
-	if (t->op == GGML_OP_SET_ROWS)
-		md__observe_kv_write(a, t);
-	else if (t->op == GGML_OP_SOFT_MAX)
-		md__observe_attention(a, t);
-	uint64_t t1 = md__now_ns();
-	a->st.observe_ns += t1 - t0;
-	md__keepalive(a, t1);
-	return true;  /* false would abort the graph */
-}
-
 /* ---- decode ---- */
-
-/* The step of seq (n tokens) and, when attention is observed, one record per
- * declared page: one md_publish_batch, so one tail store and at most one
- * doorbell a step, however many pages (docs/abi.md §8). */
-static void md__publish_step(md_llama *a, llama_seq_id seq, uint32_t n)
-{
-	struct mdl_seq *s = &a->seqs[seq];
-	uint32_t q = (uint32_t)seq, k = 0;
-	if (a->attached && a->cfg.capture_attention) {
-		struct mdk_cell_map map = {
-			.page = a->cell_page, .token = a->cell_tok, .n_kv = a->n_ctx,
-			.n_pages = a->page_cap, .page_tokens = a->P,
-		};
-		struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
-		float tau = (float)a->params.tau;
-		float norm = a->params.norm_mode == MD_NORM_RELATIVE ? (float)s->live_tokens : 1.0f;
-		mdk_page_refresh(&map, tau, norm, &out);
-		for (uint32_t i = 0; i < s->page_of_cap && k < a->page_cap; i++) {
-			int32_t p = s->page_of[i];
-			if (p < 0 || !a->pages[p].registered)
-				continue;
-			a->batch_slot[k] = a->pages[p].slot;
-			a->batch_mass[k] = a->page_mass[p];
-			a->batch_refresh[k] = a->refresh[p];
-			k++;
-		}
-	}
-	struct md_batch_result res;
-	int rc = md_publish_batch(a->client, &q, &n, 1, a->batch_slot, a->batch_mass,
-				  a->batch_refresh, k, &res);
-	if (rc == -EINVAL) {
-		/* a mass the library refuses (not finite): the step still counts */
-		md_seq_step(a->client, q, n);
-		a->st.attn_dropped += k;
-		return;
-	}
-	a->st.attn_records += res.published;
-	a->st.attn_dropped += res.dropped + res.skipped;
-}
 
 /* Full cache with no daemon: free the oldest evictable page of seq so that
  * decoding goes on (docs/design.md §3 local fallback). */
@@ -840,7 +369,7 @@ static int md__local_fallback(md_llama *a, llama_seq_id seq)
 	struct mdl_seq *s = &a->seqs[seq];
 	for (uint32_t i = 0; i < s->page_of_cap; i++) {
 		int32_t p = s->page_of[i];
-		if (p >= 0 && md__evict(a, (uint32_t)p, 0) == 0) {
+		if (p >= 0 && mdl_evict(a, (uint32_t)p, 0) == 0) {
 			a->st.local_evictions++;
 			return 0;
 		}
@@ -856,10 +385,10 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	struct mdl_seq *s = &a->seqs[seq];
 	llama_pos pos0 = s->pos_next;
 	if (tracked) {
-		uint64_t tw = md__now_ns();
+		uint64_t tw = mdl_now_ns();
 		md__budget_wait(a, seq, n);
-		a->st.budget_wait_ns += md__now_ns() - tw;
-		int rc = md__pages_append(a, seq, pos0, regions, n);
+		a->st.budget_wait_ns += mdl_now_ns() - tw;
+		int rc = mdl_pages_append(a, seq, pos0, regions, n);
 		if (rc < 0)
 			return rc;
 	}
@@ -885,9 +414,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	a->cur_tracked = tracked;
 	a->cur_idx_seen = 0;
 	a->in_decode = 1;
-	uint64_t td = md__now_ns();
+	uint64_t td = mdl_now_ns();
 	int rc = llama_decode(a->ctx, *b);
-	a->st.decode_ns += md__now_ns() - td;
+	a->st.decode_ns += mdl_now_ns() - td;
 	while (rc == 1 && !a->attached && tracked && md__local_fallback(a, seq) == 0)
 		rc = llama_decode(a->ctx, *b);
 	a->in_decode = 0;
@@ -903,15 +432,15 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 			a->st.peak_live_tokens = s->live_tokens;
 		a->live_weighted_sum += (double)s->live_tokens * n;
 		a->live_weight += n;
-		uint64_t t0 = md__now_ns();
+		uint64_t t0 = mdl_now_ns();
 		if (a->client)
-			md__publish_step(a, seq, n);
-		a->st.publish_ns += md__now_ns() - t0;
+			mdl_publish_step(a, seq, n);
+		a->st.publish_ns += mdl_now_ns() - t0;
 		/* Commands wait for the tracked sequence's own step: a probe copy
 		 * shares its cells and must not see them vanish. */
 		md_llama_step(a);
 	} else {
-		md__keepalive(a, md__now_ns());
+		mdl_keepalive(a, mdl_now_ns());
 	}
 	return 0;
 }
@@ -994,7 +523,7 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 				continue;
 			if (a->pages[p].registered && a->client)
 				md_page_free(a->client, a->pages[p].slot, MD_FREE_FINISHED);
-			md__page_release(a, (uint32_t)p);
+			mdl_page_release(a, (uint32_t)p);
 		}
 		if (a->client)
 			md_seq_end(a->client, (uint32_t)seq);
@@ -1006,45 +535,11 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 	return 0;
 }
 
-int md_llama_evict_page(md_llama *a, llama_seq_id seq, llama_pos pos)
-{
-	int32_t p = md__page_at(a, seq, pos);
-	if (p < 0 || (uint32_t)seq >= a->max_seqs)
-		return -ENOENT;
-	return md__evict(a, (uint32_t)p, 0);
-}
-
-int md_llama_cell(const md_llama *a, uint32_t cell, llama_seq_id *seq, llama_pos *pos)
-{
-	if (cell >= a->n_ctx)
-		return -EINVAL;
-	*seq = a->cell_seq[cell];
-	*pos = a->cell_pos[cell];
-	return 0;
-}
-
-uint32_t md_llama_n_cells(const md_llama *a)
-{
-	return a->n_ctx;
-}
-
 uint32_t md_llama_live_tokens(const md_llama *a, llama_seq_id seq)
 {
 	if (seq < 0 || (uint32_t)seq >= a->n_seq_all)
 		return 0;
 	return a->seqs[seq].live_tokens;
-}
-
-int md_llama_token_region(const md_llama *a, llama_seq_id seq, llama_pos pos)
-{
-	int32_t p = md__page_at(a, seq, pos);
-	if (p < 0)
-		return -1;
-	const struct mdl_page *pg = &a->pages[p];
-	uint32_t k = (uint32_t)(pos - pg->first_pos);
-	if (k >= pg->n_tokens)
-		return -1;
-	return (int)md_label_get(pg->labels, k);
 }
 
 void md_llama_get_stats(const md_llama *a, struct md_llama_stats *out)

@@ -1,0 +1,135 @@
+/*
+ * md_llama_internal.h — what the adapter's files share: the page and sequence
+ * records, the adapter itself and the functions one file calls in another.
+ * Not installed; md_llama.h is the public contract.
+ *
+ *   md_llama.c        create/bind/destroy, daemon link, budget wait, decode,
+ *                     fail-open, the public API
+ *   md_llama_cells.c  cell -> (seq, pos) map, read from the layer-0 K write
+ *   md_llama_pages.c  the page mirror: declaration, registration, eviction
+ *   md_llama_attn.c   cb_eval, the attention reduction, the step's records
+ */
+#ifndef MD_LLAMA_INTERNAL_H
+#define MD_LLAMA_INTERNAL_H
+
+#include "md_llama.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <ggml.h>
+
+#include "memdecay.h"
+
+#define MD_LLAMA_CMD_BATCH 64
+
+struct mdl_page {
+	uint64_t labels;
+	int64_t first_pos;
+	int32_t seq;
+	uint16_t n_tokens;
+	uint8_t live;
+	uint8_t registered;  /* the daemon knows it (slot, gen valid) */
+	uint8_t dirty;       /* grew since the last PAGE_GROW */
+	uint32_t slot, gen;
+};
+
+struct mdl_seq {
+	int32_t *page_of;       /* page index (pos / P) -> local page, -1 */
+	uint32_t page_of_cap;
+	llama_pos pos_next;
+	uint32_t live_tokens;
+	int32_t copy_src;       /* a copy sees src's cells below copy_end */
+	llama_pos copy_end;
+};
+
+struct md_llama {
+	struct md_llama_config cfg;
+	char *socket_path, *engine_name, *policy;
+	const struct llama_model *model;
+	struct llama_context *ctx;
+	llama_memory_t mem;
+	uint32_t P;
+	uint32_t n_layer, n_layer_observed;
+	uint32_t n_ctx, n_ubatch;
+	uint32_t max_seqs;      /* tracked */
+	uint32_t n_seq_all;     /* all sequence ids the map accepts */
+
+	/* cell map */
+	int32_t *cell_seq, *cell_pos, *cell_page;
+	uint8_t *cell_tok;
+
+	/* pages */
+	struct mdl_page *pages;
+	uint32_t page_cap;
+	uint32_t *free_pages, n_free_pages;
+	int32_t *slot_to_page;  /* by daemon slot */
+	struct mdl_seq *seqs;   /* [n_seq_all] */
+
+	/* attention reduction outputs */
+	float *token_mass, *page_mass;
+	uint16_t *refresh;
+	/* one step's attention, gathered for md_publish_batch */
+	uint32_t *batch_slot;
+	float *batch_mass;
+	uint16_t *batch_refresh;
+	float *scratch;         /* device tensors copied to host */
+	size_t scratch_floats;
+
+	/* the ubatch being decoded */
+	llama_seq_id cur_seq;
+	llama_pos cur_pos0;
+	uint32_t cur_n;
+	int cur_tracked;
+	int cur_idx_seen;
+	int in_decode;
+
+	/* daemon */
+	md_client *client;
+	int attached;
+	uint64_t next_retry_ns, backoff_ns;
+	struct md_params_view params;
+	int have_params;
+
+	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
+	int wait_suppressed;
+	uint64_t last_keepalive_ns;
+	uint64_t evictions_at_timeout;
+	int have_batch;
+
+	struct md_llama_stats st;
+	double live_weighted_sum;
+	uint64_t live_weight;
+};
+
+static inline uint64_t mdl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* md_llama.c */
+void mdl_keepalive(md_llama *a, uint64_t now);
+
+/* md_llama_cells.c */
+void mdl_observe_kv_write(md_llama *a, const struct ggml_tensor *t);
+
+/* md_llama_pages.c */
+void mdl_register_missing(md_llama *a);
+int32_t mdl_page_at(const md_llama *a, llama_seq_id seq, llama_pos pos);
+void mdl_page_release(md_llama *a, uint32_t p);
+int mdl_page_is_tail(const md_llama *a, const struct mdl_page *pg);
+int mdl_page_pinned(const md_llama *a, const struct mdl_page *pg);
+int mdl_evict(md_llama *a, uint32_t p, int by_daemon);
+int mdl_pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
+		     const uint8_t *regions, uint32_t n);
+
+/* md_llama_attn.c */
+bool mdl_cb_eval(struct ggml_tensor *t, bool ask, void *user);
+const void *mdl_tensor_host(md_llama *a, const struct ggml_tensor *t, size_t nbytes);
+void mdl_publish_step(md_llama *a, llama_seq_id seq, uint32_t n);
+
+#endif
