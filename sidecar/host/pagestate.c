@@ -93,11 +93,20 @@ static int eligible(const struct md__page *pg)
 	       !(pg->flags & (MD__PF_PINNED | MD__PF_SINK | MD__PF_PROT));
 }
 
-static double page_key(struct md__host *h, struct md__engine *e, uint32_t slot)
+/* The heap key of a page while the engine's index is live: its policy's lower
+ * bound, with the norm the index was built with (e->norm_mode, which equals
+ * md__engine_norm until the next epoch).  Runs once per attention record:
+ * only the page's own sequence is read. */
+static inline double page_key(const struct md__host *h, const struct md__engine *e,
+			      uint32_t slot)
 {
-	struct md__score_in in;
-	md__score_in_init(h, e, slot, &in);
-	return e->pol->lower_bound(&e->pages[slot], &in);
+	const struct md__page *pg = &e->pages[slot];
+	const struct md__seq *s = &e->seqs[pg->seq];
+	struct md__score_in in = {.p = &h->params, .clock = s->clock, .engine_id = e->id,
+				  .slot = slot, .norm_mode = e->norm_mode,
+				  .page_tokens = e->page_tokens, .turn_clk = s->turn_clk,
+				  .turn_n = s->turn_n};
+	return e->pol->lower_bound(pg, &in);
 }
 
 void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
@@ -451,13 +460,13 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
-	if (!e->attn_lowers)
-		return; /* h2o: only grows; recency, random: fixed */
-	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
-		return;
+	if (!e->attn_lowers || !md__index_live(h, e))
+		return; /* h2o: only grows; recency, random: fixed; or rebuilt later */
 	double key = page_key(h, e, slot);
 	if (key >= (double)pg->key_hint)
-		return; /* still above the stored key */
+		return; /* still above the stored key (or not in a heap: harmless) */
+	if (e->hpos[slot] == MD__NO_HEAP)
+		return;
 	struct md__seq *s = &e->seqs[pg->seq];
 	if (key < s->heap[e->hpos[slot]].key)
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
