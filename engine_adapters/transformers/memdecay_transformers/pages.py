@@ -1,0 +1,163 @@
+"""The engine side of one memdecayd sequence: the page mirror of a token list.
+
+`SeqPages` declares tokens to the daemon in pages of P tokens (PAGE_OPEN /
+PAGE_GROW with each token's region), publishes one step per appended chunk with
+each live page's attention mass and refresh bitmap (md_publish_batch through the
+binding), and, when a budget is set, waits for the daemon's evict commands and
+reports the freed pages.  What to drop is always the daemon's decision; this
+file only keeps positions, pages and slots in step."""
+import subprocess
+import time
+
+import numpy as np
+
+import memdecay
+from memdecay import EVICTED
+
+
+class SeqPages:
+    def __init__(self, client, seq=0, page_tokens=16):
+        self.c = client
+        self.seq = seq
+        self.P = page_tokens
+        self.pages = {}          # slot -> [gen, positions(list), regions(list)]
+        self.page_of = {}        # position -> slot
+        self.tail = None         # slot of the page being filled
+        self.batch = client.batch()
+        self.evicted_order = []  # positions, in the order the daemon evicted them
+        self.pinned_mask = 1     # system, until the parameter block says otherwise
+        self.stats = {"steps": 0, "evictions": 0, "settle_timeouts": 0, "unreachable": 0}
+
+    # ---- declaring tokens ----
+    def append(self, positions, regions):
+        """Declares new tokens (positions increasing) with their region ids."""
+        touched = {}
+        for p, r in zip(positions, regions):
+            p, r = int(p), int(r)
+            t = self.pages.get(self.tail) if self.tail is not None else None
+            if t is not None and len(t[1]) < self.P and t[1][-1] == p - 1:
+                t[1].append(p)
+                t[2].append(r)
+                touched[self.tail] = False
+            else:
+                slot, gen = self.c.page_open(self.seq, p, 1, memdecay.labels([r]))
+                self.pages[slot] = [gen, [p], [r]]
+                self.tail = slot
+                touched[slot] = True
+            self.page_of[p] = self.tail
+        for slot, opened in touched.items():
+            g = self.pages[slot]
+            if len(g[1]) > 1 or not opened:
+                self.c.page_grow(slot, len(g[1]), memdecay.labels(g[2]))
+
+    def live_tokens(self):
+        return sum(len(g[1]) for g in self.pages.values())
+
+    def live_positions(self):
+        return sorted(self.page_of)
+
+    # ---- one step ----
+    def publish(self, n_tokens, mass_of):
+        """Advances the clock by n_tokens and publishes every live page's mass.
+
+        mass_of: dict-like position -> this step's attention mass (averaged over
+        the observed layers, heads and the step's queries); missing = 0."""
+        prm = self.c.params()
+        self.pinned_mask = prm["pinned_mask"]
+        tau = prm["tau"]
+        norm = float(self.live_tokens()) if prm["norm_mode"] == 1 else 1.0
+        b = self.batch
+        k = 0
+        for slot, (gen, pos, _) in self.pages.items():
+            m = [float(mass_of.get(p, 0.0)) for p in pos]
+            bits = 0
+            for j, v in enumerate(m):
+                if v * norm > tau:
+                    bits |= 1 << j
+            b.slots[k] = slot
+            b.mass[k] = sum(m)
+            b.refresh[k] = bits
+            k += 1
+        self.c.publish(b, k, steps=[(self.seq, int(n_tokens))])
+        self.c.check()
+        self.stats["steps"] += 1
+
+    def _floor(self):
+        """Tokens the daemon can never evict: pinned pages, the tail page and the
+        protect_recent newest other pages."""
+        prm = self.c.params()
+        protect = prm["protect_recent"]
+        by_first = sorted(self.pages.items(), key=lambda kv: kv[1][1][0])
+        n = 0
+        for i, (slot, (gen, pos, reg)) in enumerate(by_first):
+            newest = len(by_first) - 1 - i
+            if newest <= protect or any((self.pinned_mask >> r) & 1 for r in reg):
+                n += len(pos)
+        return n
+
+    def apply_commands(self):
+        """Frees the pages the daemon evicted; returns their positions."""
+        out = []
+        for ev in self.c.poll_commands():
+            g = self.pages.get(ev.slot)
+            if g is None or g[0] != ev.gen:
+                continue
+            for r in g[2]:
+                if (self.pinned_mask >> r) & 1:
+                    raise AssertionError("memdecayd evicted a pinned page (slot %d, region %d)"
+                                         % (ev.slot, r))
+            del self.pages[ev.slot]
+            for p in g[1]:
+                del self.page_of[p]
+            if self.tail == ev.slot:
+                self.tail = None
+            self.c.page_free(ev.slot, EVICTED)
+            out.extend(g[1])
+            self.evicted_order.extend(g[1])
+            self.stats["evictions"] += 1
+        return out
+
+    def settle(self, budget, timeout_s=2.0):
+        """Waits until the daemon has brought the sequence to its budget (or to
+        what pinned and protected pages allow); returns the evicted positions."""
+        out = self.apply_commands()
+        if not budget:
+            return out
+        target = max(budget, self._floor())
+        deadline = time.monotonic() + timeout_s
+        while self.live_tokens() > target:
+            if not self.c.attached:
+                break
+            self.c.wait_commands(5)
+            got = self.apply_commands()
+            out.extend(got)
+            if got:
+                continue
+            if out and self.live_tokens() > target:
+                # the daemon decided in one go; nothing more came: as low as it goes
+                self.c.wait_commands(5)
+                more = self.apply_commands()
+                out.extend(more)
+                if not more:
+                    self.stats["unreachable"] += 1
+                    break
+            if time.monotonic() > deadline:
+                self.stats["settle_timeouts"] += 1
+                break
+        return out
+
+
+def set_budget(memdecayctl, socket, engine_id, tokens):
+    """The engine's per-sequence token budget, through memdecayctl."""
+    r = subprocess.run([memdecayctl, "--socket", socket, "budget", "sequence_tokens",
+                        str(int(tokens)), "--engine", str(engine_id)],
+                       capture_output=True, text=True, timeout=10)
+    if r.returncode:
+        raise RuntimeError("memdecayctl budget sequence_tokens %d --engine %d: %s"
+                           % (tokens, engine_id, r.stderr.strip()))
+
+
+def token_mass(attn, q_rows, k_positions):
+    """attn: (n_q, n_k) mean attention; returns {position: mean over q_rows}."""
+    m = attn[q_rows].mean(axis=0) if len(q_rows) else np.zeros(attn.shape[1])
+    return dict(zip(k_positions, m.tolist()))
