@@ -290,6 +290,9 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 	e->index_epoch = h->params_epoch;
 	e->policy = md__engine_policy(h, e);
 	e->pol = md__policy_get(e->policy);
+	e->key_in = (struct md__score_in){.p = &h->params, .engine_id = e->id,
+					  .norm_mode = md__engine_norm(h, e),
+					  .page_tokens = e->page_tokens};
 	e->step_decay = e->pol->step_decay;
 	e->attn_lowers = e->pol->attn_lowers;
 	e->norm_mode = md__engine_norm(h, e);

@@ -39,6 +39,18 @@ struct md__page {
 };
 _Static_assert(sizeof(struct md__page) == 64, "page is one cache line");
 
+/* memdecay's lower bound (memdecay, memdecay-norm, memdecay-turn): the
+ * lambda_r == 0 terms plus the attention term, shaved by 1e-9 relative so
+ * that summation order never puts it above the score.  Inline: every
+ * attention record asks it (pagestate.c, attn_rekey). */
+#define MD__MEMDECAY_LB_SHAVE (1.0 - 1e-9)
+static inline double md__memdecay_lower_bound(const struct md__page *pg,
+					      const struct md__score_in *in, uint32_t norm_mode)
+{
+	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+	return (pg->lb_static + in->p->alpha * a) / (double)pg->n_tokens * MD__MEMDECAY_LB_SHAVE;
+}
+
 struct md__pos_ent {      /* a sequence's pages in first_pos order */
 	uint64_t first_pos;
 	uint32_t slot;
@@ -101,6 +113,8 @@ struct md__engine {
 	uint64_t index_epoch;     /* params epoch the index was built for */
 	uint32_t policy;          /* effective policy of index_epoch */
 	const struct md__policy *pol;    /* its table entry, set with it */
+	struct md__score_in key_in;      /* score inputs for heap keys: the engine's part set
+					    with it, the page's part by page_key (pagestate.c) */
 	uint8_t step_decay, attn_lowers; /* its traits (struct md__policy), set with it */
 	uint32_t norm_mode;
 	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
@@ -159,7 +173,10 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
 		  uint64_t clock);
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
-int md__index_live(const struct md__host *h, const struct md__engine *e);
+static inline int md__index_live(const struct md__host *h, const struct md__engine *e)
+{
+	return e->index_epoch == h->params_epoch;
+}
 
 /* docs/design.md's eviction order: lower score first, then the older page (lower
  * first position), then the lower slot.  Returns <0, 0, >0 like strcmp. */

@@ -55,11 +55,6 @@ int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_t
 	return 0;
 }
 
-int md__index_live(const struct md__host *h, const struct md__engine *e)
-{
-	return e->index_epoch == h->params_epoch;
-}
-
 static int region_known(const struct md__params *p, unsigned r)
 {
 	return r < MD_REGION_BUILTIN_COUNT || p->region_name[r][0] != '\0';
@@ -97,16 +92,16 @@ static int eligible(const struct md__page *pg)
  * bound, with the norm the index was built with (e->norm_mode, which equals
  * md__engine_norm until the next epoch).  Runs once per attention record:
  * only the page's own sequence is read. */
-static inline double page_key(const struct md__host *h, const struct md__engine *e,
-			      uint32_t slot)
+static inline double page_key(struct md__engine *e, uint32_t slot)
 {
 	const struct md__page *pg = &e->pages[slot];
 	const struct md__seq *s = &e->seqs[pg->seq];
-	struct md__score_in in = {.p = &h->params, .clock = s->clock, .engine_id = e->id,
-				  .slot = slot, .norm_mode = e->norm_mode,
-				  .page_tokens = e->page_tokens, .turn_clk = s->turn_clk,
-				  .turn_n = s->turn_n};
-	return e->pol->lower_bound(pg, &in);
+	struct md__score_in *in = &e->key_in;
+	in->clock = s->clock;
+	in->slot = slot;
+	in->turn_clk = s->turn_clk;
+	in->turn_n = s->turn_n;
+	return e->pol->lower_bound(pg, in);
 }
 
 void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
@@ -127,7 +122,7 @@ void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
 	struct md__page_id id = {.engine_id = e->id, .slot = slot, .gen = pg->gen};
 	pg->lb_static = pol->static_bound(pg, p, &id);
 	if (eligible(pg))
-		md__heap_insert(e, s, slot, page_key(h, e, slot));
+		md__heap_insert(e, s, slot, page_key(e, slot));
 }
 
 static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, int prot)
@@ -140,7 +135,7 @@ static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, in
 	} else if (pg->flags & MD__PF_PROT) {
 		pg->flags &= (uint8_t)~MD__PF_PROT;
 		if (md__index_live(h, e) && eligible(pg))
-			md__heap_insert(e, &e->seqs[pg->seq], slot, page_key(h, e, slot));
+			md__heap_insert(e, &e->seqs[pg->seq], slot, page_key(e, slot));
 	}
 }
 
@@ -462,7 +457,7 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 {
 	if (!e->attn_lowers || !md__index_live(h, e))
 		return; /* h2o: only grows; recency, random: fixed; or rebuilt later */
-	double key = page_key(h, e, slot);
+	double key = page_key(e, slot);
 	if (key >= (double)pg->key_hint)
 		return; /* still above the stored key (or not in a heap: harmless) */
 	if (e->hpos[slot] == MD__NO_HEAP)

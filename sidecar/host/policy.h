@@ -81,8 +81,7 @@ double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 			  struct md__score_terms *terms);
 double md__memdecay_static_bound(const struct md__page *pg, const struct md__params *p,
 				 const struct md__page_id *id);
-double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
-				uint32_t norm_mode);
+/* memdecay_lower_bound: host_internal.h (inline, it needs struct md__page) */
 /*
  * Policies whose score is a function of the page alone that never falls as the
  * clock advances (h2o, recency, random) are their own lower bound, with no

@@ -11,8 +11,6 @@
 #include <math.h>
 #include "host_internal.h"
 
-#define LB_SHAVE (1.0 - 1e-9)
-
 double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 			  const struct md__score_in *in, uint32_t norm_mode,
 			  struct md__score_terms *terms)
@@ -46,13 +44,6 @@ double md__memdecay_static_bound(const struct md__page *pg, const struct md__par
 			s += p->base[r];
 	}
 	return s;
-}
-
-double md__memdecay_lower_bound(const struct md__page *pg, const struct md__score_in *in,
-				uint32_t norm_mode)
-{
-	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
-	return (pg->lb_static + in->p->alpha * a) / (double)pg->n_tokens * LB_SHAVE;
 }
 
 static double score(const struct md__page *pg, const uint64_t *t_refresh,
