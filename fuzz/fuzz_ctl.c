@@ -23,11 +23,12 @@ static struct md__daemon *daemon_state(void)
 		md__log_threshold = -1; /* quiet */
 		memset(&d, 0, sizeof(d));
 		d.listen_fd = d.signal_fd = -1;
-		md__params_defaults(&d.params);
+		struct md__params p;
+		md__params_defaults(&p);
 		d.instance_id = 42;
 		int why = 0;
 		d.loop = md__loop_new(MD__LOOP_EPOLL, &why);
-		d.host = md__host_new(&d.params);
+		d.host = md__host_new(&p); /* the one copy of the parameters */
 		if (!d.loop || !d.host)
 			abort();
 		ready = 1;
