@@ -153,7 +153,7 @@ static int floor_self(void *state, struct bench_shared *sh, enum bench_mode mode
 /* ------------------------------------------------------------------ rings */
 
 /* Geometry of one benchmark engine, rings sized by the daemon's rule
- * (sidecar/attach.c): stats = 4 x pages, commands = pages, powers of two. */
+ * (sidecar/daemon/attach.c): stats = 4 x pages, commands = pages, powers of two. */
 #define RING_MAX_SEQS 64u
 uint32_t bench_ring_page_capacity = 16384u;
 #define RING_PAGE_CAPACITY bench_ring_page_capacity
