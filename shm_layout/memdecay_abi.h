@@ -384,6 +384,11 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
  *   The connection stays open: its EOF tells the daemon the engine is gone.
  * Operator commands (memdecayctl) are described in docs/operations.md. */
 #define MD_CTL_LINE_MAX 4096u
+/* The line an operator connection gets when the daemon closes it to make room
+ * (all operator slots taken).  It never follows a request still being
+ * answered, so a client that reads it in place of a reply knows its request
+ * was not run and may send it again on a new connection. */
+#define MD_CTL_EVICTED_LINE "ERR connection limit: closing the oldest idle connection"
 #define MD_ATTACH_FDS 4
 
 #ifdef __cplusplus

@@ -334,18 +334,29 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 	 * operator's slots. */
 	int n_ops = d->n_conns - (int)d->n_engines;
 	if (n_ops >= MD__CONN_MAX) {
-		/* Full: make room by closing the oldest operator connection (least
-		 * recent request), so a flood of idle or half-open connections
-		 * cannot lock the operator out.  Engine connections are never
-		 * closed for this. */
+		/* Full: make room by closing the oldest operator connection, so a
+		 * flood of idle or half-open connections cannot lock the operator
+		 * out.  One still sending a reply is passed over while another
+		 * remains.  The goodbye line goes only where no reply is queued,
+		 * so a client that reads it first knows its request was not run
+		 * and may send it again (memdecayctl does).  Engine connections
+		 * are never closed for this. */
 		struct md__conn *old = NULL;
-		for (struct md__conn *k = d->conns; k; k = k->next)
-			if (!k->engine && (!old || k->opened_ns <= old->opened_ns))
+		for (struct md__conn *k = d->conns; k; k = k->next) {
+			if (k->engine)
+				continue;
+			int busy = conn_queued(k) > 0, old_busy = old && conn_queued(old) > 0;
+			if (!old || busy < old_busy ||
+			    (busy == old_busy && k->opened_ns <= old->opened_ns))
 				old = k;
+		}
 		if (old) {
-			static const char bye[] = "ERR connection limit: closing the oldest idle connection\n";
-			ssize_t ignored = send(old->fd, bye, sizeof(bye) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-			(void)ignored;
+			static const char bye[] = MD_CTL_EVICTED_LINE "\n";
+			if (!conn_queued(old)) {
+				ssize_t ignored = send(old->fd, bye, sizeof(bye) - 1,
+						       MSG_DONTWAIT | MSG_NOSIGNAL);
+				(void)ignored;
+			}
 			d->conns_evicted++;
 			md__debug("connection limit: closed the oldest control connection (pid %d)",
 				  (int)old->pid);

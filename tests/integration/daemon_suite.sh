@@ -113,6 +113,38 @@ ctl_errors)
 	"$BIN/memdecayctl" --bogus ping >/dev/null 2>&1; [ $? = 2 ] || fail "bad option: want exit 2"
 	out=$("$BIN/memdecayctl" --socket "$D/nothere.sock" ping 2>&1); rc=$?
 	[ $rc = 3 ] && grep -q "$D/nothere.sock" <<<"$out" || fail "unreachable: rc=$rc '$out'"
+	# memdecayctl sends its request again when the daemon closed the
+	# connection for its connection limit before answering, and only then.
+	python3 - "$D/fake.sock" "$BIN/memdecayctl" <<'PYEOF' || fail "memdecayctl retry on the connection limit"
+import os, socket, subprocess, sys, threading
+path, ctl = sys.argv[1], sys.argv[2]
+evicted = b"ERR connection limit: closing the oldest idle connection\n"
+def serve(replies):
+    if os.path.exists(path): os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); srv.bind(path); srv.listen(8)
+    seen = []
+    def loop():
+        for r in replies:
+            c, _ = srv.accept()
+            if r is not evicted:
+                seen.append(c.recv(100))
+            c.sendall(r); c.close()
+        srv.close()
+    t = threading.Thread(target=loop, daemon=True); t.start()
+    return t, seen
+def run(*args):
+    return subprocess.run([ctl, "--socket", path, *args], capture_output=True, timeout=20)
+t, seen = serve([evicted, evicted, b"OK 3\nhi\n"])
+p = run("get", "memdecay.alpha"); t.join()
+assert p.returncode == 0 and p.stdout == b"hi\n", p
+assert seen == [b"get memdecay.alpha\n"], seen
+t, seen = serve([b"ERR connection limit: something else\n"])
+p = run("ping"); t.join()
+assert p.returncode == 1 and b"something else" in p.stderr, p
+t, _ = serve([evicted] * 1000)
+p = run("--timeout-ms", "300", "ping")
+assert p.returncode == 3 and b"connection limit" in p.stderr, p
+PYEOF
 	ctl --json get >"$D/get.json" || fail "get --json"
 	[ "$(py 'o["memdecay.alpha"]' "$D/get.json")" = 0.125 ] || fail "get --json: $(cat "$D/get.json")"
 	ctl budget engine_pages 100 >/dev/null || fail "budget engine_pages"
@@ -148,14 +180,17 @@ s = conn(); s.sendall(b"HELLO abi=7.0 name=x page_tokens=16 page_capacity=8 max_
 assert r.startswith(b"ERR") and b"major" in r, r
 idle = [conn() for _ in range(300)]   # more than the daemon accepts
 time.sleep(0.3)
-refused = 0
+got = []
 for c in idle:
     c.setblocking(False)
     try:
-        if c.recv(100).startswith(b"ERR"): refused += 1
+        got.append(c.recv(100))
     except BlockingIOError:
-        pass
-assert refused > 0, "no connection refused past the limit"
+        got.append(b"")
+assert sum(g.startswith(b"ERR") for g in got) > 0, "no connection refused past the limit"
+# The oldest was closed to make room, with the line that tells a client its
+# request was not run (memdecayctl retries on it).
+assert got[0] == b"ERR connection limit: closing the oldest idle connection\n", got[0]
 for c in idle: c.close()
 time.sleep(0.2)
 s = conn(); s.sendall(b"ping\n"); r = reply(s)
