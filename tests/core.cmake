@@ -21,3 +21,11 @@ if(TARGET memdecay-bench-policy)
     set_tests_properties(bench_policy_oracle_${pol} PROPERTIES TIMEOUT 120)
   endforeach()
 endif()
+
+# md_common's JSON string writer, read back by jansson.
+if(TARGET md_common)
+  pkg_check_modules(JANSSON_CHECK REQUIRED IMPORTED_TARGET jansson)
+  add_executable(check_common ${CMAKE_CURRENT_SOURCE_DIR}/check_common.c)
+  target_link_libraries(check_common PRIVATE md_common PkgConfig::JANSSON_CHECK PkgConfig::CHECK)
+  add_test(NAME check_common COMMAND check_common)
+endif()
