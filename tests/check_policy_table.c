@@ -9,6 +9,7 @@
 #include "test_util.h"
 #include <string.h>
 #include "host.h"
+#include "host_internal.h"
 #include "oracle.h"
 #include "policy.h"
 
@@ -27,6 +28,38 @@ START_TEST(test_every_row_complete)
 	}
 	ck_assert_str_eq(md__policy_name(MD_POLICY_TEST_LIFO), "test-lifo");
 	ck_assert_str_eq(md__policy_name(MD_POLICY_COUNT), "unknown");
+}
+END_TEST
+
+/* A policy that sets memdecay_bound has its lower bound evaluated inline on
+ * the attention path (pagestate.c, attn_rekey): the two must agree, and the
+ * bound must be one attention can lower. */
+START_TEST(test_memdecay_bound_trait)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	unsigned seed = 7, flagged = 0;
+	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+		const struct md__policy *pol = md__policy_table[i];
+		if (!pol->memdecay_bound)
+			continue;
+		flagged++;
+		ck_assert_msg(pol->attn_lowers, "%s: memdecay_bound without attn_lowers", pol->name);
+		for (int k = 0; k < 1000; k++) {
+			struct md__page pg;
+			memset(&pg, 0, sizeof(pg));
+			pg.n_tokens = (uint16_t)(1 + rand_r(&seed) % 16);
+			pg.lb_static = (double)rand_r(&seed) / RAND_MAX * pg.n_tokens;
+			pg.ewma_raw = (double)rand_r(&seed) / RAND_MAX;
+			pg.ewma_norm = (double)rand_r(&seed) / RAND_MAX * 50.0;
+			struct md__score_in in = { .p = &p, .clock = 100, .engine_id = 1, .slot = 3,
+						   .norm_mode = (uint32_t)(k & 1), .page_tokens = 16 };
+			uint32_t norm = pol->always_relative ? MD_NORM_RELATIVE : in.norm_mode;
+			ck_assert_double_eq(pol->lower_bound(&pg, &in),
+					    md__memdecay_bound_at(&pg, p.alpha, norm));
+		}
+	}
+	ck_assert_uint_eq(flagged, 3); /* memdecay, memdecay-norm, memdecay-turn */
 }
 END_TEST
 
@@ -102,6 +135,7 @@ static Suite *table_suite(void)
 	Suite *s = suite_create("policy_table");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_every_row_complete);
+	tcase_add_test(tc, test_memdecay_bound_trait);
 	tcase_add_test(tc, test_name_reaches_params);
 	tcase_add_test(tc, test_host_evicts_newest_first);
 	suite_add_tcase(s, tc);

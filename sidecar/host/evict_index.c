@@ -295,6 +295,7 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 					  .page_tokens = e->page_tokens};
 	e->step_decay = e->pol->step_decay;
 	e->attn_lowers = e->pol->attn_lowers;
+	e->memdecay_bound = e->pol->memdecay_bound;
 	e->norm_mode = md__engine_norm(h, e);
 	e->n_cls = 0;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {

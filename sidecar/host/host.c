@@ -314,27 +314,36 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 
 /* ---- ingest and decisions ---- */
 
-int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec)
+/* Inline into both entry points: md__host_ingest is the per-record path. */
+static inline int ingest_one(struct md__host *h, uint32_t engine_id,
+			     const struct md_stats_rec *rec, uint16_t *refreshed)
 {
-	return md__host_ingest_refreshed(h, engine_id, rec, NULL);
-}
-
-int md__host_ingest_refreshed(struct md__host *h, uint32_t engine_id,
-			      const struct md_stats_rec *rec, uint16_t *refreshed)
-{
-	uint16_t bits = 0;
 	struct md__engine *e = md__host_find(h, engine_id);
 	if (refreshed)
 		*refreshed = 0;
 	if (!e)
 		return -MD__REJ_STATE;
 	e->records++;
-	int rc = md__page_ingest(h, e, rec, &bits);
-	if (refreshed)
-		*refreshed = bits;
-	if (rc < 0 && -rc < MD__REJ_COUNT)
+	int rc = md__page_ingest(h, e, rec);
+	if (rc >= 0) {
+		if (refreshed)
+			*refreshed = (uint16_t)rc;
+		return 0;
+	}
+	if (-rc < MD__REJ_COUNT)
 		e->rejected[-rc]++;
 	return rc;
+}
+
+int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec)
+{
+	return ingest_one(h, engine_id, rec, NULL);
+}
+
+int md__host_ingest_refreshed(struct md__host *h, uint32_t engine_id,
+			      const struct md_stats_rec *rec, uint16_t *refreshed)
+{
+	return ingest_one(h, engine_id, rec, refreshed);
 }
 
 int md__host_relabel_step(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec,
@@ -384,13 +393,15 @@ size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
 		if (i + AHEAD < n)
 			prefetch_rec(e, &recs[i + AHEAD]);
 		e->records++;
-		uint16_t bits = 0;
-		int rc = md__page_ingest(h, e, &recs[i], &bits);
+		int rc = md__page_ingest(h, e, &recs[i]);
 		if (refreshed)
-			refreshed[i] = bits;
-		if (rc < 0 && -rc < MD__REJ_COUNT)
+			refreshed[i] = rc > 0 ? (uint16_t)rc : 0;
+		if (rc >= 0) {
+			rc = 0;
+			ok++;
+		} else if (-rc < MD__REJ_COUNT) {
 			e->rejected[-rc]++;
-		ok += rc == 0;
+		}
 		if (rcs)
 			rcs[i] = rc;
 	}
@@ -625,9 +636,8 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 			r.clock = e->seqs[pg->seq].clock;
 			r.u.page.n_tokens = pe->n_tokens;
 			r.u.page.labels = pe->labels;
-			uint16_t bits;
-			int rc = md__page_ingest(h, e, &r, &bits);
-			if (rc)
+			int rc = md__page_ingest(h, e, &r);
+			if (rc < 0)
 				return rc;
 		}
 		e->pages[slot].flags |= MD__PF_SEEN;

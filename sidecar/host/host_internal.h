@@ -44,11 +44,17 @@ _Static_assert(sizeof(struct md__page) == 64, "page is one cache line");
  * that summation order never puts it above the score.  Inline: every
  * attention record asks it (pagestate.c, attn_rekey). */
 #define MD__MEMDECAY_LB_SHAVE (1.0 - 1e-9)
+static inline double md__memdecay_bound_at(const struct md__page *pg, double alpha,
+					   uint32_t norm_mode)
+{
+	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
+	return (pg->lb_static + alpha * a) / (double)pg->n_tokens * MD__MEMDECAY_LB_SHAVE;
+}
+
 static inline double md__memdecay_lower_bound(const struct md__page *pg,
 					      const struct md__score_in *in, uint32_t norm_mode)
 {
-	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
-	return (pg->lb_static + in->p->alpha * a) / (double)pg->n_tokens * MD__MEMDECAY_LB_SHAVE;
+	return md__memdecay_bound_at(pg, in->p->alpha, norm_mode);
 }
 
 struct md__pos_ent {      /* a sequence's pages in first_pos order */
@@ -115,7 +121,8 @@ struct md__engine {
 	const struct md__policy *pol;    /* its table entry, set with it */
 	struct md__score_in key_in;      /* score inputs for heap keys: the engine's part set
 					    with it, the page's part by page_key (pagestate.c) */
-	uint8_t step_decay, attn_lowers; /* its traits (struct md__policy), set with it */
+	uint8_t step_decay, attn_lowers, memdecay_bound; /* its traits (struct md__policy),
+							    set with it */
 	uint32_t norm_mode;
 	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
 	uint64_t records;
@@ -156,9 +163,9 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 		       struct md__score_in *in);
 
 /* pagestate.c */
-/* *refreshed: the tokens whose refresh clock the record set (else 0). */
-int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
-		    uint16_t *refreshed);
+/* Applies one record.  Returns -reason when it is rejected, else the mask of
+ * the page's tokens whose refresh clock it set (0 for all but attention). */
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r);
 void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot);
 void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot);
 int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens);

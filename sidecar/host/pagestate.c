@@ -455,20 +455,30 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t slot,
 			      struct md__page *pg)
 {
-	if (!e->attn_lowers || !md__index_live(h, e))
-		return; /* h2o: only grows; recency, random: fixed; or rebuilt later */
-	double key = page_key(e, slot);
+	double key;
+	if (e->memdecay_bound) {
+		/* the common case, inline (memdecay_bound implies attn_lowers);
+		 * the traits and norm may be a stale epoch's: harmless, the index
+		 * is checked before the key is used */
+		key = md__memdecay_bound_at(pg, h->params.alpha, e->norm_mode);
+	} else {
+		if (!e->attn_lowers)
+			return; /* h2o: only grows; recency, random: fixed */
+		if (!md__index_live(h, e))
+			return; /* rebuilt later; e->key_in may not be set yet */
+		key = page_key(e, slot);
+	}
 	if (key >= (double)pg->key_hint)
 		return; /* still above the stored key (or not in a heap: harmless) */
-	if (e->hpos[slot] == MD__NO_HEAP)
+	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
 		return;
 	struct md__seq *s = &e->seqs[pg->seq];
 	if (key < s->heap[e->hpos[slot]].key)
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
 }
 
-static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
-		     uint16_t *refreshed)
+/* Returns the refreshed tokens' mask (>= 0) or -reason. */
+static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
 {
 	struct md__page *pg;
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
@@ -484,22 +494,17 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * mass;
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * mass * (double)s->tokens_live;
 	pg->cum_raw += mass;
-	unsigned bits = r->u.attn_page.refresh & ((1u << pg->n_tokens) - 1u);
-	*refreshed = (uint16_t)bits;
-	if (bits) {
+	unsigned mask = r->u.attn_page.refresh & ((1u << pg->n_tokens) - 1u);
+	if (mask) {
 		uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
-		while (bits) {
-			unsigned k = (unsigned)__builtin_ctz(bits);
-			tr[k] = s->clock;
-			bits &= bits - 1;
-		}
+		for (unsigned bits = mask; bits; bits &= bits - 1)
+			tr[__builtin_ctz(bits)] = s->clock;
 	}
 	attn_rekey(h, e, r->slot, pg);
-	return 0;
+	return (int)mask;
 }
 
-static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
-		       uint16_t *refreshed)
+static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
 {
 	struct md__page *pg;
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
@@ -533,9 +538,8 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 			bits |= 1u << (t0 + i);
 		}
 	}
-	*refreshed = (uint16_t)bits;
 	attn_rekey(h, e, r->slot, pg);
-	return 0;
+	return (int)bits;
 }
 
 static int relabel_check(const struct md__host *h, const struct md__engine *e,
@@ -609,15 +613,13 @@ int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_s
 	return *touched ? 0 : -MD__REJ_SPAN;
 }
 
-int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
-		    uint16_t *refreshed)
+int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
 {
-	*refreshed = 0;
 	switch (r->type) {
 	case MD_REC_ATTN_PAGE:
-		return attn_page(h, e, r, refreshed);
+		return attn_page(h, e, r);
 	case MD_REC_ATTN_TOKENS:
-		return attn_tokens(h, e, r, refreshed);
+		return attn_tokens(h, e, r);
 	case MD_REC_STEP: {
 		if (r->seq >= e->max_seqs)
 			return -MD__REJ_SEQ;

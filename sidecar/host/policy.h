@@ -58,6 +58,9 @@ struct md__policy {
 					 heap keys are lowered on attention */
 	unsigned always_relative : 1; /* attention relative to the uniform level, whatever
 					 memdecay.norm says */
+	unsigned memdecay_bound : 1;  /* lower_bound is md__memdecay_lower_bound at the
+					 engine's norm: the attention path evaluates it
+					 inline instead of calling it */
 };
 
 /* The policy table (policy.c), indexed by enum md_policy_id: the one place

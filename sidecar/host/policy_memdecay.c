@@ -66,4 +66,5 @@ const struct md__policy md__policy_memdecay = {
 	.window_pages = NULL,
 	.step_decay = 1,
 	.attn_lowers = 1,
+	.memdecay_bound = 1,
 };

@@ -26,5 +26,6 @@ const struct md__policy md__policy_memdecay_norm = {
 	.window_pages = NULL,
 	.step_decay = 1,
 	.attn_lowers = 1,
+	.memdecay_bound = 1,
 	.always_relative = 1,
 };

@@ -71,4 +71,5 @@ const struct md__policy md__policy_memdecay_turn = {
 	.window_pages = NULL,
 	.step_decay = 0,   /* ages count turns, not steps: no per-step decay bound */
 	.attn_lowers = 1,
+	.memdecay_bound = 1,
 };
