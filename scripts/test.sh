@@ -8,6 +8,7 @@ cd "$ROOT"
 sh scripts/deps.sh
 if [ -f scripts/setup_llama.sh ]; then
 	bash scripts/setup_llama.sh
+	bash scripts/setup_kvpress.sh
 fi
 
 echo "== build (warnings are errors)"

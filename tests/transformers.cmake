@@ -1,0 +1,13 @@
+# The transformers adapter (engine_adapters/transformers) against the real
+# parts: a private memdecayd, libmemdecay through the Python binding, kvpress
+# and SmolLM2 in HF format, from the venv scripts/setup_kvpress.sh makes
+# (.deps/kvpress.env).  Without that file the test is skipped (77), never
+# passed.  Python is not built with ASan: normal build only.
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
+  add_test(NAME transformers_adapter
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/run.sh
+      ${PROJECT_SOURCE_DIR}/engine_adapters/transformers/tests/test_adapter.py)
+  set_tests_properties(transformers_adapter PROPERTIES
+    LABELS "transformers;no_asan" TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
+endif()
