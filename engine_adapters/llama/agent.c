@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <llama.h>
@@ -28,6 +27,7 @@
 #include "md_llama.h"
 #include "md_llama_chat.h"
 #include "memdecay.h"
+#include "memdecay_clock.h"
 #include "trace.h"
 
 #define SEQ_MAIN 0
@@ -61,9 +61,7 @@ struct run {
 
 static double now_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+	return 1e-9 * (double)md_now_ns();
 }
 
 static void log_quiet(enum ggml_log_level level, const char *text, void *user)
@@ -467,6 +465,333 @@ static void json_num(FILE *f, double v)
 		fputs("null", f);
 }
 
+/* ---- the run ---- */
+
+/* The trace's messages as tokens, with each message's region label. */
+struct trace_tokens {
+	llama_token **tok;
+	uint32_t *n;
+	int *region;
+	uint32_t total, n_probes;
+};
+
+/* What the feed loop measured, and the adapter's counters at its end. */
+struct summary {
+	struct probe_result *probes;
+	uint32_t np, fed, assistant_tokens, passed;
+	double feed_s, assist_s, tps, dtps, mean;
+	uint64_t peak;
+	struct md_llama_stats st;
+};
+
+static int load_trace(const struct opts *o, struct md_trace *tr)
+{
+	size_t bad_line = 0;
+	int rc = md_trace_load(o->trace, tr, &bad_line);
+	if (rc) {
+		if (rc == -EINVAL)
+			fprintf(stderr, "memdecay-agent: %s\n", md_trace_error());
+		else
+			fprintf(stderr, "memdecay-agent: %s: %s (line %zu)\n", o->trace, strerror(-rc), bad_line);
+		return -1;
+	}
+	return 0;
+}
+
+static int load_model(struct run *r)
+{
+	llama_backend_init();
+	if (r->o.quiet || r->o.json)
+		llama_log_set(log_quiet, NULL);
+	struct llama_model_params mp = llama_model_default_params();
+	mp.n_gpu_layers = 0;
+	r->model = llama_model_load_from_file(r->o.model, mp);
+	if (!r->model) {
+		fprintf(stderr, "memdecay-agent: cannot load %s\n", r->o.model);
+		return -1;
+	}
+	r->vocab = llama_model_get_vocab(r->model);
+	r->n_vocab = llama_vocab_n_tokens(r->vocab);
+	r->logits_buf = malloc(sizeof(float) * (size_t)r->n_vocab);
+	return 0;
+}
+
+/* Labels: each message's span through the model's chat template. */
+static int tokenize_trace(struct run *r, const struct md_trace *tr, struct trace_tokens *tt)
+{
+	struct md_llama_chat chat;
+	md_llama_chat_init(&chat, r->model, NULL);
+	tt->tok = calloc(tr->n, sizeof(*tt->tok));
+	tt->n = calloc(tr->n, sizeof(*tt->n));
+	tt->region = calloc(tr->n, sizeof(*tt->region));
+	tt->total = tt->n_probes = 0;
+	for (size_t i = 0; i < tr->n; i++) {
+		const struct md_trace_item *it = &tr->items[i];
+		if (it->is_probe) {
+			tt->n_probes++;
+			continue;
+		}
+		char *delta;
+		tt->region[i] = md_llama_region_of(it->role, it->region);
+		if (tt->region[i] < 0) {
+			fprintf(stderr, "memdecay-agent: unknown region '%s'\n", it->region);
+			return -1;
+		}
+		int rc = md_llama_chat_push(&chat, it->role, it->content, &delta);
+		if (!rc)
+			rc = md_llama_tokenize(r->model, delta, tt->total == 0, &tt->tok[i], &tt->n[i]);
+		free(delta);
+		if (rc) {
+			fprintf(stderr, "memdecay-agent: chat template: %s\n", strerror(-rc));
+			return -1;
+		}
+		tt->total += tt->n[i];
+	}
+	md_llama_chat_free(&chat);
+	return 0;
+}
+
+static void trace_tokens_free(struct trace_tokens *tt, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(tt->tok[i]);
+	free(tt->tok);
+	free(tt->n);
+	free(tt->region);
+}
+
+static struct llama_context_params context_params(const struct opts *o, uint32_t n_ctx)
+{
+	struct llama_context_params cp = llama_context_default_params();
+	cp.n_ctx = n_ctx;
+	cp.n_batch = cp.n_ubatch = 512;
+	cp.n_seq_max = 2;
+	cp.n_threads = cp.n_threads_batch = o->threads;
+	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	cp.kv_unified = true;
+	cp.no_perf = true;
+	return cp;
+}
+
+/* The adapter, attached to the daemon at --socket or the default socket, or
+ * to a private daemon started when none answers there; it adjusts cp. */
+static int create_adapter(struct run *r, struct daemon *d, struct llama_context_params *cp)
+{
+	const char *sock = NULL;
+	char defsock[PATH_MAX + 32];
+	struct md_llama_config ac;
+	md_llama_config_init(&ac);
+	ac.policy = r->o.policy && strcmp(r->o.policy, "full") ? r->o.policy : NULL;
+	ac.budget_sequence_tokens = r->o.budget_tokens;
+	ac.page_tokens = (uint32_t)r->o.page_tokens;
+	ac.max_seqs = 1;
+	ac.layer_stride = (uint32_t)r->o.layer_stride;
+	ac.attach = !r->o.no_daemon;
+	ac.quiet = 0;
+	if (ac.attach) {
+		if (r->o.socket)
+			sock = r->o.socket;
+		else {
+			default_socket(defsock, sizeof(defsock));
+			sock = defsock;
+		}
+		if (!socket_answers(sock)) {
+			if (daemon_start(&r->o, d) == 0)
+				sock = d->sock;
+			else
+				fprintf(stderr, "memdecay-agent: no daemon; running fail-open\n");
+		}
+		ac.socket_path = sock;
+	}
+	if (md_llama_create(&ac, r->model, &r->ad)) {
+		fprintf(stderr, "memdecay-agent: adapter config rejected\n");
+		return -1;
+	}
+	md_llama_context_params(r->ad, cp);
+	return 0;
+}
+
+static int create_context(struct run *r, struct daemon *d, struct llama_context_params cp)
+{
+	r->ctx = llama_init_from_model(r->model, cp);
+	if (!r->ctx) {
+		fprintf(stderr, "memdecay-agent: cannot create a context of %u cells\n", cp.n_ctx);
+		daemon_stop(d);
+		return -1;
+	}
+	if (r->ad && md_llama_bind(r->ad, r->ctx)) {
+		fprintf(stderr, "memdecay-agent: adapter bind failed\n");
+		daemon_stop(d);
+		return -1;
+	}
+	if (r->o.dump_tokens)
+		r->dump = fopen(r->o.dump_tokens, "w");
+	return 0;
+}
+
+static int ask_probe(struct run *r, struct md_llama_chat *chat, const struct md_trace_item *it,
+		     struct summary *sm)
+{
+	struct probe_result *pr = &sm->probes[sm->np++];
+	pr->region = it->probe_region ? it->probe_region : "?";
+	pr->question = it->question;
+	pr->answer = it->answer;
+	pr->at_token = sm->fed;
+	int rc = run_probe(r, chat, it, pr);
+	if (!r->o.quiet && !r->o.json)
+		fprintf(stderr, "probe %u [%s] %s -> %s\n", sm->np, pr->region,
+			pr->passed ? "pass" : "FAIL", pr->output ? pr->output : "");
+	return rc;
+}
+
+/* One message into the main sequence: an assistant turn as teacher-forced
+ * decode steps of one token each, any other message as one prefill. */
+static int feed_message(struct run *r, struct md_llama_chat *chat, const struct md_trace_item *it,
+			const llama_token *tok, uint32_t n, int region, struct summary *sm)
+{
+	int rc = 0;
+	char *delta;
+	md_llama_chat_push(chat, it->role, it->content, &delta);
+	free(delta);
+	uint8_t *reg = malloc(n ? n : 1);
+	memset(reg, region, n);
+	double t0 = now_s();
+	if (!strcmp(it->role, "assistant")) {
+		for (uint32_t k = 0; k < n && !rc; k++)
+			rc = feed(r, SEQ_MAIN, &tok[k], &reg[k], 1, 0);
+		double dt = now_s() - t0;
+		sm->assist_s += dt;
+		sm->assistant_tokens += n;
+	} else {
+		rc = feed(r, SEQ_MAIN, tok, reg, n, 0);
+	}
+	sm->feed_s += now_s() - t0;
+	sm->fed += n;
+	free(reg);
+	return rc;
+}
+
+static int feed_trace(struct run *r, const struct md_trace *tr, const struct trace_tokens *tt,
+		      struct summary *sm)
+{
+	struct md_llama_chat chat;
+	md_llama_chat_init(&chat, r->model, NULL);
+	sm->probes = calloc(tt->n_probes ? tt->n_probes : 1, sizeof(*sm->probes));
+	int rc = 0;
+	for (size_t i = 0; i < tr->n && !rc; i++) {
+		const struct md_trace_item *it = &tr->items[i];
+		if (it->is_probe)
+			rc = ask_probe(r, &chat, it, sm);
+		else
+			rc = feed_message(r, &chat, it, tt->tok[i], tt->n[i], tt->region[i], sm);
+	}
+	if (rc)
+		fprintf(stderr, "memdecay-agent: decode failed (%d)\n", rc);
+	md_llama_chat_free(&chat);
+	return rc;
+}
+
+static void summarize(const struct run *r, struct summary *sm)
+{
+	memset(&sm->st, 0, sizeof(sm->st));
+	if (r->ad)
+		md_llama_get_stats(r->ad, &sm->st);
+	sm->passed = 0;
+	for (uint32_t i = 0; i < sm->np; i++)
+		sm->passed += (uint32_t)sm->probes[i].passed;
+	sm->tps = sm->feed_s > 0 ? sm->fed / sm->feed_s : 0;
+	sm->dtps = sm->assist_s > 0 ? sm->assistant_tokens / sm->assist_s : 0;
+	sm->peak = r->o.plain ? sm->fed : sm->st.peak_live_tokens;
+	sm->mean = r->o.plain ? 0 : sm->st.mean_live_tokens;
+}
+
+static void print_json_probes(FILE *f, const struct summary *sm)
+{
+	fprintf(f, ", \"probes_passed\": %u, \"probes\": [", sm->passed);
+	for (uint32_t i = 0; i < sm->np; i++) {
+		const struct probe_result *p = &sm->probes[i];
+		fprintf(f, "%s{\"region\": ", i ? ", " : "");
+		json_str(f, p->region);
+		fprintf(f, ", \"question\": ");
+		json_str(f, p->question);
+		fprintf(f, ", \"answer\": ");
+		json_str(f, p->answer);
+		fprintf(f, ", \"output\": ");
+		json_str(f, p->output);
+		fprintf(f, ", \"passed\": %s, \"gold_logprob\": ", p->passed ? "true" : "false");
+		json_num(f, p->gold_logprob);
+		fprintf(f, ", \"at_token\": %u}", p->at_token);
+	}
+	fprintf(f, "]}\n");
+}
+
+static void print_json(const struct opts *o, uint32_t trace_tokens, uint32_t n_ctx,
+		       const struct summary *sm)
+{
+	FILE *f = stdout;
+	const struct md_llama_stats *st = &sm->st;
+	fprintf(f, "{\"policy\": ");
+	json_str(f, o->plain ? "plain" : (o->budget_tokens ? o->policy : "full"));
+	fprintf(f, ", \"trace_tokens\": %u, \"budget_tokens\": %ld, \"page_tokens\": %d",
+		trace_tokens, o->budget_tokens, o->page_tokens);
+	fprintf(f, ", \"n_ctx\": %u, \"peak_occupancy_tokens\": %llu, \"mean_occupancy_tokens\": ",
+		n_ctx, (unsigned long long)sm->peak);
+	json_num(f, sm->mean);
+	fprintf(f, ", \"evictions\": %llu, \"evictions_by_region\": {",
+		(unsigned long long)st->evictions);
+	for (int k = 0; k < 8; k++)
+		fprintf(f, "%s\"%s\": %llu", k ? ", " : "", md_llama_region_name(k),
+			(unsigned long long)st->evictions_by_region[k]);
+	fprintf(f, "}, \"tokens_per_s\": ");
+	json_num(f, sm->tps);
+	fprintf(f, ", \"decode_tokens_per_s\": ");
+	json_num(f, sm->dtps);
+	fprintf(f, ", \"daemon_attached\": %s, \"detaches\": %llu, \"reattaches\": %llu",
+		st->attached ? "true" : "false", (unsigned long long)st->detaches,
+		(unsigned long long)st->reattaches);
+	fprintf(f, ", \"budget_wait_timeouts\": %llu, \"budget_unreachable\": %llu",
+		(unsigned long long)st->budget_wait_timeouts,
+		(unsigned long long)st->budget_unreachable);
+	fprintf(f, ", \"cmds_stale\": %llu, \"cmds_refused\": %llu",
+		(unsigned long long)st->cmds_stale,
+		(unsigned long long)st->cmds_refused);
+	fprintf(f, ", \"attn_records\": %llu, \"attn_dropped\": %llu, \"local_evictions\": %llu",
+		(unsigned long long)st->attn_records, (unsigned long long)st->attn_dropped,
+		(unsigned long long)st->local_evictions);
+	print_json_probes(f, sm);
+}
+
+static void print_text(const struct opts *o, uint32_t trace_tokens, uint32_t n_ctx,
+		       const struct summary *sm)
+{
+	printf("trace %s: %u tokens, policy %s, budget %ld tokens, n_ctx %u\n", o->trace,
+	       trace_tokens, o->budget_tokens ? o->policy : "full", o->budget_tokens, n_ctx);
+	printf("%-4s %-11s %-6s %9s  %s\n", "#", "region", "result", "logp", "question -> answer");
+	for (uint32_t i = 0; i < sm->np; i++) {
+		const struct probe_result *p = &sm->probes[i];
+		printf("%-4u %-11s %-6s %9.3f  %s -> %s\n", i + 1, p->region,
+		       p->passed ? "pass" : "FAIL", p->gold_logprob, p->question,
+		       p->output ? p->output : "");
+	}
+	printf("probes passed %u/%u; evictions %llu (", sm->passed, sm->np,
+	       (unsigned long long)sm->st.evictions);
+	for (int k = 0; k < 8; k++)
+		printf("%s%s %llu", k ? ", " : "", md_llama_region_name(k),
+		       (unsigned long long)sm->st.evictions_by_region[k]);
+	printf(")\nKV occupancy peak %llu mean %.1f tokens; %.1f tokens/s (decode %.1f)\n",
+	       (unsigned long long)sm->peak, sm->mean, sm->tps, sm->dtps);
+}
+
+static void run_free(struct run *r)
+{
+	if (r->dump)
+		fclose(r->dump);
+	md_llama_destroy(r->ad);
+	llama_free(r->ctx);
+	llama_model_free(r->model);
+	free(r->logits_buf);
+}
+
 int main(int argc, char **argv)
 {
 	struct run r;
@@ -477,252 +802,35 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	struct md_trace tr;
-	size_t bad_line = 0;
-	int rc = md_trace_load(r.o.trace, &tr, &bad_line);
-	if (rc) {
-		if (rc == -EINVAL)
-			fprintf(stderr, "memdecay-agent: %s\n", md_trace_error());
-		else
-			fprintf(stderr, "memdecay-agent: %s: %s (line %zu)\n", r.o.trace, strerror(-rc), bad_line);
+	if (load_trace(&r.o, &tr) || load_model(&r))
 		return 1;
-	}
-
-	llama_backend_init();
-	if (r.o.quiet || r.o.json)
-		llama_log_set(log_quiet, NULL);
-	struct llama_model_params mp = llama_model_default_params();
-	mp.n_gpu_layers = 0;
-	r.model = llama_model_load_from_file(r.o.model, mp);
-	if (!r.model) {
-		fprintf(stderr, "memdecay-agent: cannot load %s\n", r.o.model);
+	struct trace_tokens tt;
+	if (tokenize_trace(&r, &tr, &tt))
 		return 1;
-	}
-	r.vocab = llama_model_get_vocab(r.model);
-	r.n_vocab = llama_vocab_n_tokens(r.vocab);
-	r.logits_buf = malloc(sizeof(float) * (size_t)r.n_vocab);
 
-	/* Labels: each message's span through the model's chat template. */
-	struct md_llama_chat chat;
-	md_llama_chat_init(&chat, r.model, NULL);
-	llama_token **msg_tok = calloc(tr.n, sizeof(*msg_tok));
-	uint32_t *msg_n = calloc(tr.n, sizeof(*msg_n));
-	int *msg_region = calloc(tr.n, sizeof(*msg_region));
-	uint32_t trace_tokens = 0, n_probes = 0;
-	for (size_t i = 0; i < tr.n; i++) {
-		const struct md_trace_item *it = &tr.items[i];
-		if (it->is_probe) {
-			n_probes++;
-			continue;
-		}
-		char *delta;
-		msg_region[i] = md_llama_region_of(it->role, it->region);
-		if (msg_region[i] < 0) {
-			fprintf(stderr, "memdecay-agent: unknown region '%s'\n", it->region);
-			return 1;
-		}
-		rc = md_llama_chat_push(&chat, it->role, it->content, &delta);
-		if (!rc)
-			rc = md_llama_tokenize(r.model, delta, trace_tokens == 0, &msg_tok[i], &msg_n[i]);
-		free(delta);
-		if (rc) {
-			fprintf(stderr, "memdecay-agent: chat template: %s\n", strerror(-rc));
-			return 1;
-		}
-		trace_tokens += msg_n[i];
-	}
-	md_llama_chat_free(&chat);
-	md_llama_chat_init(&chat, r.model, NULL);
-
-	uint32_t n_ctx = r.o.n_ctx ? (uint32_t)r.o.n_ctx : ((trace_tokens + 256 + 255) / 256) * 256;
-	struct llama_context_params cp = llama_context_default_params();
-	cp.n_ctx = n_ctx;
-	cp.n_batch = cp.n_ubatch = 512;
-	cp.n_seq_max = 2;
-	cp.n_threads = cp.n_threads_batch = r.o.threads;
-	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-	cp.kv_unified = true;
-	cp.no_perf = true;
-
+	uint32_t n_ctx = r.o.n_ctx ? (uint32_t)r.o.n_ctx : ((tt.total + 256 + 255) / 256) * 256;
+	struct llama_context_params cp = context_params(&r.o, n_ctx);
 	struct daemon d;
 	memset(&d, 0, sizeof(d));
-	const char *sock = NULL;
-	char defsock[PATH_MAX + 32];
-	if (!r.o.plain) {
-		struct md_llama_config ac;
-		md_llama_config_init(&ac);
-		ac.policy = r.o.policy && strcmp(r.o.policy, "full") ? r.o.policy : NULL;
-		ac.budget_sequence_tokens = r.o.budget_tokens;
-		ac.page_tokens = (uint32_t)r.o.page_tokens;
-		ac.max_seqs = 1;
-		ac.layer_stride = (uint32_t)r.o.layer_stride;
-		ac.attach = !r.o.no_daemon;
-		ac.quiet = 0;
-		if (ac.attach) {
-			if (r.o.socket)
-				sock = r.o.socket;
-			else {
-				default_socket(defsock, sizeof(defsock));
-				sock = defsock;
-			}
-			if (!socket_answers(sock)) {
-				if (daemon_start(&r.o, &d) == 0)
-					sock = d.sock;
-				else
-					fprintf(stderr, "memdecay-agent: no daemon; running fail-open\n");
-			}
-			ac.socket_path = sock;
-		}
-		if (md_llama_create(&ac, r.model, &r.ad)) {
-			fprintf(stderr, "memdecay-agent: adapter config rejected\n");
-			return 1;
-		}
-		md_llama_context_params(r.ad, &cp);
-	}
-	r.ctx = llama_init_from_model(r.model, cp);
-	if (!r.ctx) {
-		fprintf(stderr, "memdecay-agent: cannot create a context of %u cells\n", n_ctx);
-		daemon_stop(&d);
+	if (!r.o.plain && create_adapter(&r, &d, &cp))
 		return 1;
-	}
-	if (r.ad && md_llama_bind(r.ad, r.ctx)) {
-		fprintf(stderr, "memdecay-agent: adapter bind failed\n");
-		daemon_stop(&d);
+	if (create_context(&r, &d, cp))
 		return 1;
-	}
-	if (r.o.dump_tokens)
-		r.dump = fopen(r.o.dump_tokens, "w");
 
-	struct probe_result *probes = calloc(n_probes ? n_probes : 1, sizeof(*probes));
-	uint32_t np = 0, fed = 0, assistant_tokens = 0;
-	double feed_s = 0, assist_s = 0;
-	for (size_t i = 0; i < tr.n && !rc; i++) {
-		const struct md_trace_item *it = &tr.items[i];
-		if (it->is_probe) {
-			struct probe_result *pr = &probes[np++];
-			pr->region = it->probe_region ? it->probe_region : "?";
-			pr->question = it->question;
-			pr->answer = it->answer;
-			pr->at_token = fed;
-			rc = run_probe(&r, &chat, it, pr);
-			if (!r.o.quiet && !r.o.json)
-				fprintf(stderr, "probe %u [%s] %s -> %s\n", np, pr->region,
-					pr->passed ? "pass" : "FAIL", pr->output ? pr->output : "");
-			continue;
-		}
-		char *delta;
-		md_llama_chat_push(&chat, it->role, it->content, &delta);
-		free(delta);
-		uint8_t *reg = malloc(msg_n[i] ? msg_n[i] : 1);
-		memset(reg, msg_region[i], msg_n[i]);
-		double t0 = now_s();
-		if (!strcmp(it->role, "assistant")) {
-			/* teacher-forced decode steps, one token each */
-			for (uint32_t k = 0; k < msg_n[i] && !rc; k++)
-				rc = feed(&r, SEQ_MAIN, &msg_tok[i][k], &reg[k], 1, 0);
-			double dt = now_s() - t0;
-			assist_s += dt;
-			assistant_tokens += msg_n[i];
-		} else {
-			rc = feed(&r, SEQ_MAIN, msg_tok[i], reg, msg_n[i], 0);
-		}
-		feed_s += now_s() - t0;
-		fed += msg_n[i];
-		free(reg);
-	}
-	if (rc)
-		fprintf(stderr, "memdecay-agent: decode failed (%d)\n", rc);
+	struct summary sm;
+	memset(&sm, 0, sizeof(sm));
+	int rc = feed_trace(&r, &tr, &tt, &sm);
+	summarize(&r, &sm);
+	if (r.o.json)
+		print_json(&r.o, tt.total, n_ctx, &sm);
+	else
+		print_text(&r.o, tt.total, n_ctx, &sm);
 
-	struct md_llama_stats st;
-	memset(&st, 0, sizeof(st));
-	if (r.ad)
-		md_llama_get_stats(r.ad, &st);
-	uint32_t passed = 0;
-	for (uint32_t i = 0; i < np; i++)
-		passed += (uint32_t)probes[i].passed;
-	double tps = feed_s > 0 ? fed / feed_s : 0;
-	double dtps = assist_s > 0 ? assistant_tokens / assist_s : 0;
-	uint64_t peak = r.o.plain ? fed : st.peak_live_tokens;
-	double mean = r.o.plain ? 0 : st.mean_live_tokens;
-
-	if (r.o.json) {
-		FILE *f = stdout;
-		fprintf(f, "{\"policy\": ");
-		json_str(f, r.o.plain ? "plain" : (r.o.budget_tokens ? r.o.policy : "full"));
-		fprintf(f, ", \"trace_tokens\": %u, \"budget_tokens\": %ld, \"page_tokens\": %d",
-			trace_tokens, r.o.budget_tokens, r.o.page_tokens);
-		fprintf(f, ", \"n_ctx\": %u, \"peak_occupancy_tokens\": %llu, \"mean_occupancy_tokens\": ",
-			n_ctx, (unsigned long long)peak);
-		json_num(f, mean);
-		fprintf(f, ", \"evictions\": %llu, \"evictions_by_region\": {",
-			(unsigned long long)st.evictions);
-		for (int k = 0; k < 8; k++)
-			fprintf(f, "%s\"%s\": %llu", k ? ", " : "", md_llama_region_name(k),
-				(unsigned long long)st.evictions_by_region[k]);
-		fprintf(f, "}, \"tokens_per_s\": ");
-		json_num(f, tps);
-		fprintf(f, ", \"decode_tokens_per_s\": ");
-		json_num(f, dtps);
-		fprintf(f, ", \"daemon_attached\": %s, \"detaches\": %llu, \"reattaches\": %llu",
-			st.attached ? "true" : "false", (unsigned long long)st.detaches,
-			(unsigned long long)st.reattaches);
-		fprintf(f, ", \"budget_wait_timeouts\": %llu, \"budget_unreachable\": %llu",
-			(unsigned long long)st.budget_wait_timeouts,
-			(unsigned long long)st.budget_unreachable);
-		fprintf(f, ", \"cmds_stale\": %llu, \"cmds_refused\": %llu",
-			(unsigned long long)st.cmds_stale,
-			(unsigned long long)st.cmds_refused);
-		fprintf(f, ", \"attn_records\": %llu, \"attn_dropped\": %llu, \"local_evictions\": %llu",
-			(unsigned long long)st.attn_records, (unsigned long long)st.attn_dropped,
-			(unsigned long long)st.local_evictions);
-		fprintf(f, ", \"probes_passed\": %u, \"probes\": [", passed);
-		for (uint32_t i = 0; i < np; i++) {
-			const struct probe_result *p = &probes[i];
-			fprintf(f, "%s{\"region\": ", i ? ", " : "");
-			json_str(f, p->region);
-			fprintf(f, ", \"question\": ");
-			json_str(f, p->question);
-			fprintf(f, ", \"answer\": ");
-			json_str(f, p->answer);
-			fprintf(f, ", \"output\": ");
-			json_str(f, p->output);
-			fprintf(f, ", \"passed\": %s, \"gold_logprob\": ", p->passed ? "true" : "false");
-			json_num(f, p->gold_logprob);
-			fprintf(f, ", \"at_token\": %u}", p->at_token);
-		}
-		fprintf(f, "]}\n");
-	} else {
-		printf("trace %s: %u tokens, policy %s, budget %ld tokens, n_ctx %u\n", r.o.trace,
-		       trace_tokens, r.o.budget_tokens ? r.o.policy : "full", r.o.budget_tokens, n_ctx);
-		printf("%-4s %-11s %-6s %9s  %s\n", "#", "region", "result", "logp", "question -> answer");
-		for (uint32_t i = 0; i < np; i++) {
-			const struct probe_result *p = &probes[i];
-			printf("%-4u %-11s %-6s %9.3f  %s -> %s\n", i + 1, p->region,
-			       p->passed ? "pass" : "FAIL", p->gold_logprob, p->question,
-			       p->output ? p->output : "");
-		}
-		printf("probes passed %u/%u; evictions %llu (", passed, np, (unsigned long long)st.evictions);
-		for (int k = 0; k < 8; k++)
-			printf("%s%s %llu", k ? ", " : "", md_llama_region_name(k),
-			       (unsigned long long)st.evictions_by_region[k]);
-		printf(")\nKV occupancy peak %llu mean %.1f tokens; %.1f tokens/s (decode %.1f)\n",
-		       (unsigned long long)peak, mean, tps, dtps);
-	}
-
-	for (uint32_t i = 0; i < np; i++)
-		free(probes[i].output);
-	free(probes);
-	for (size_t i = 0; i < tr.n; i++)
-		free(msg_tok[i]);
-	free(msg_tok);
-	free(msg_n);
-	free(msg_region);
-	md_llama_chat_free(&chat);
-	if (r.dump)
-		fclose(r.dump);
-	md_llama_destroy(r.ad);
-	llama_free(r.ctx);
-	llama_model_free(r.model);
-	free(r.logits_buf);
+	for (uint32_t i = 0; i < sm.np; i++)
+		free(sm.probes[i].output);
+	free(sm.probes);
+	trace_tokens_free(&tt, tr.n);
+	run_free(&r);
 	md_trace_free(&tr);
 	daemon_stop(&d);
 	return rc ? 1 : 0;
