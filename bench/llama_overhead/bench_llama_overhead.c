@@ -481,6 +481,27 @@ static void print_breakdown(const struct results *R)
 	       "n_ctx cells, same number of layers, incl. refresh\"\n}\n");
 }
 
+static void bench_free(struct bench *B, struct results *R)
+{
+	for (int c = 0; c < N_CTX_KINDS; c++) {
+		free(R->tps[c]);
+		free(B->dt[c]);
+	}
+	free(R->r_same);
+	free(R->r_def);
+	free(R->r_capt);
+	free(B->obs);
+	free(B->pub);
+	free(B->dec);
+	free(B->t);
+	free(B->reg);
+	llama_batch_free(B->b);
+	md_llama_destroy(B->ad);
+	for (int c = 0; c < N_CTX_KINDS; c++)
+		llama_free(B->ctx[c]);
+	llama_model_free(B->model);
+}
+
 int main(int argc, char **argv)
 {
 	static struct bench B;
@@ -500,10 +521,6 @@ int main(int argc, char **argv)
 	print_rates(&B, &R);
 	print_breakdown(&R);
 
-	llama_batch_free(B.b);
-	md_llama_destroy(B.ad);
-	for (int c = 0; c < N_CTX_KINDS; c++)
-		llama_free(B.ctx[c]);
-	llama_model_free(B.model);
+	bench_free(&B, &R);
 	return 0;
 }
