@@ -28,6 +28,7 @@
 #include "md_llama_chat.h"
 #include "memdecay.h"
 #include "memdecay_clock.h"
+#include "sbuf.h"
 #include "trace.h"
 
 #define SEQ_MAIN 0
@@ -438,23 +439,17 @@ out:
 
 /* ---- output ---- */
 
+/* Model output can hold any bytes (a token may end mid-character): the
+ * daemon's JSON string writer (sidecar/common/sbuf.h) keeps the file valid. */
 static void json_str(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", f);
-		else if (c == '\t')
-			fputs("\\t", f);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
+	struct md__sbuf b = { 0 };
+	md__sbuf_json_str(&b, s ? s : "");
+	if (b.oom)
+		fputs("\"\"", f);
+	else
+		fwrite(b.p, 1, b.len, f);
+	md__sbuf_free(&b);
 }
 
 static void json_num(FILE *f, double v)
