@@ -62,7 +62,9 @@ def convert(gguf, out):
                          % (gguf, missing[:5], unexpected[:5]))
     if cfg.tie_word_embeddings:
         model.tie_weights()
-    tmp = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(os.path.abspath(out)))
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
