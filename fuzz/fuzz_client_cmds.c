@@ -55,13 +55,12 @@ static int fake_attach(md_client *c, int *peer)
 	a->seq_clock = (uint64_t *)((char *)e + eo.seq_clock);
 	a->dctrl = (const struct md_daemon_ctrl *)((char *)d + dof.ctrl);
 	a->params = (const struct md_param_block *)((char *)d + dof.params);
-	a->stats = (struct md_ring_prod){ .data = (char *)e + eo.stats_ring,
-					  .tail = &a->ectrl->stats_tail,
-					  .head = &a->dctrl->stats_head, .capacity = STATS_CAP,
-					  .rec_size = sizeof(struct md_stats_rec) };
-	a->cmds = (struct md_ring_cons){ .data = (char *)d + dof.cmd_ring,
-					 .tail = &a->dctrl->cmd_tail, .head = &a->ectrl->cmd_head,
-					 .capacity = CMD_CAP, .rec_size = sizeof(struct md_cmd) };
+	if (md_ring_prod_init(&a->stats, (char *)e + eo.stats_ring, STATS_CAP,
+			      sizeof(struct md_stats_rec), &a->ectrl->stats_tail,
+			      &a->dctrl->stats_head, 0) < 0 ||
+	    md_ring_cons_init(&a->cmds, (char *)d + dof.cmd_ring, CMD_CAP, sizeof(struct md_cmd),
+			      &a->dctrl->cmd_tail, &a->ectrl->cmd_head, 0) < 0)
+		abort(); /* the harness's own geometry */
 	c->attached = 1;
 	c->attach_error = 0;
 	c->attach_ns = md__now_ns();

@@ -91,6 +91,69 @@ enum md_ring_status {
 	MD_RING_TORN = 4,         /* record pos does not match its index */
 };
 
+/* A usable ring capacity: a non-zero power of two (slot = index & (capacity - 1)). */
+static inline int md_ring_capacity_ok(uint32_t capacity)
+{
+	return capacity != 0 && (capacity & (capacity - 1)) == 0;
+}
+
+/* What both views need: non-NULL words, a usable capacity, room for the stamp. */
+static inline int md_ring_geometry_ok(const void *data, uint32_t capacity, uint32_t rec_size,
+				      const void *tail, const void *head)
+{
+	return data && tail && head && md_ring_capacity_ok(capacity) &&
+	       rec_size >= sizeof(uint32_t);
+}
+
+/* The one way to build a view.  Every field is set from the ring's geometry:
+ * `data` (capacity * rec_size bytes), `capacity` (power of two), `rec_size`
+ * (at least the u32 pos stamp), the producer's `tail` word and the
+ * consumer's `head` word (each in its owner's segment), and `start`, the
+ * index the ring is at (0 on a fresh segment; a view re-made over a used one
+ * passes the index its side last published).  The caller passes its private
+ * copy of the geometry, never numbers read back from shared memory.
+ *
+ * Nothing is read from shared memory here.  The producer starts with
+ * next = start and its cached head a full ring behind, so its first reserve
+ * reads and checks the consumer's head (a reused ring with unread records is
+ * never overwritten, a head ahead of start is refused as full); the consumer
+ * starts with next = tail_seen = start.  Returns 0, or -1 with the view zeroed when
+ * the capacity is not a power of two (or is 0), the record cannot hold its
+ * stamp, or a pointer is NULL. */
+static inline int md_ring_prod_init(struct md_ring_prod *r, void *data, uint32_t capacity,
+				    uint32_t rec_size, uint64_t *tail, const uint64_t *head,
+				    uint64_t start)
+{
+	memset(r, 0, sizeof(*r));
+	if (!md_ring_geometry_ok(data, capacity, rec_size, tail, head))
+		return -1;
+	r->data = data;
+	r->tail = tail;
+	r->head = head;
+	r->capacity = capacity;
+	r->rec_size = rec_size;
+	r->next = start;
+	r->cached_head = start - capacity; /* unknown: the first reserve loads it */
+	return 0;
+}
+
+static inline int md_ring_cons_init(struct md_ring_cons *r, const void *data, uint32_t capacity,
+				    uint32_t rec_size, const uint64_t *tail, uint64_t *head,
+				    uint64_t start)
+{
+	memset(r, 0, sizeof(*r));
+	if (!md_ring_geometry_ok(data, capacity, rec_size, tail, head))
+		return -1;
+	r->data = data;
+	r->tail = tail;
+	r->head = head;
+	r->capacity = capacity;
+	r->rec_size = rec_size;
+	r->next = start;
+	r->tail_seen = start;
+	return 0;
+}
+
 /* Reserve the next record; NULL when full.  Fill it, then md_ring_publish(). */
 static inline void *md_ring_reserve(struct md_ring_prod *r)
 {

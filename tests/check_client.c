@@ -154,12 +154,12 @@ static void *fake_serve(void *arg)
 	}
 	f->db_d = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	f->db_e = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	f->stats = (struct md_ring_cons){ .data = f->eseg + f->eo.stats_ring,
-		.tail = &f->ectrl->stats_tail, .head = &f->dctrl->stats_head,
-		.capacity = f->stats_cap, .rec_size = sizeof(struct md_stats_rec) };
-	f->cmds = (struct md_ring_prod){ .data = f->dseg + f->doff.cmd_ring,
-		.tail = &f->dctrl->cmd_tail, .head = &f->ectrl->cmd_head,
-		.capacity = f->cmd_cap, .rec_size = sizeof(struct md_cmd) };
+	ck_assert_int_eq(md_ring_cons_init(&f->stats, f->eseg + f->eo.stats_ring, f->stats_cap,
+					   sizeof(struct md_stats_rec), &f->ectrl->stats_tail,
+					   &f->dctrl->stats_head, 0), 0);
+	ck_assert_int_eq(md_ring_prod_init(&f->cmds, f->dseg + f->doff.cmd_ring, f->cmd_cap,
+					   sizeof(struct md_cmd), &f->dctrl->cmd_tail,
+					   &f->ectrl->cmd_head, 0), 0);
 
 	int fds[4] = { f->efd, f->dfd, f->db_d, f->db_e };
 	int nfds = f->mode == FK_FEW_FDS ? 2 : 4;

@@ -142,8 +142,9 @@ START_TEST(test_unfinished_is_torn)
 	memset(ring, 0, sizeof(ring));
 	ring[1] = staged_rec(1, 0, 3, 1, 10, 0, 1.0f, 16);
 	uint64_t tail = 2, head = 1;
-	struct md_ring_cons c = { .data = ring, .tail = &tail, .head = &head, .capacity = 4,
-				  .rec_size = sizeof(struct md_stats_rec), .next = 1 };
+	struct md_ring_cons c;
+	ck_assert_int_eq(md_ring_cons_init(&c, ring, 4, sizeof(struct md_stats_rec), &tail, &head,
+					   1), 0);
 	struct md_stats_rec out;
 	ck_assert_int_eq(md_ring_copy_next(&c, &out), MD_RING_TORN);
 }

@@ -1,7 +1,8 @@
 /*
  * check_ring.c — the SPSC ring of shm_layout/memdecay_ring.h: empty, full,
  * wraparound, multi-record publish, torn records and an untrusted tail/head;
- * the stamp-poll consumer (md_ring_poll_stamped, md_ring_check_tail).
+ * the stamp-poll consumer (md_ring_poll_stamped, md_ring_check_tail); the
+ * view constructors md_ring_prod_init/md_ring_cons_init.
  */
 #include <check.h>
 #include "test_util.h"
@@ -23,10 +24,10 @@ static void setup(void)
 {
 	memset(data, 0, sizeof(data));
 	tail = head = 0;
-	prod = (struct md_ring_prod){ .data = data, .tail = &tail, .head = &head,
-				      .capacity = CAP, .rec_size = sizeof(struct md_stats_rec) };
-	cons = (struct md_ring_cons){ .data = data, .tail = &tail, .head = &head,
-				      .capacity = CAP, .rec_size = sizeof(struct md_stats_rec) };
+	ck_assert_int_eq(md_ring_prod_init(&prod, data, CAP, sizeof(struct md_stats_rec), &tail,
+					   &head, 0), 0);
+	ck_assert_int_eq(md_ring_cons_init(&cons, data, CAP, sizeof(struct md_stats_rec), &tail,
+					   &head, 0), 0);
 }
 
 static int push(uint32_t seq)
@@ -404,6 +405,73 @@ START_TEST(test_stamp_bad_tail_on_reload)
 }
 END_TEST
 
+/* The views refuse geometry that would index outside the ring, and say so by
+ * a zeroed view, never a half-set one. */
+START_TEST(test_init_refuses_bad_geometry)
+{
+	struct md_ring_prod p;
+	struct md_ring_cons c;
+	const uint32_t rs = sizeof(struct md_stats_rec);
+	const uint32_t bad_caps[] = { 0, 3, 6, 12, 0x80000001u };
+	for (size_t i = 0; i < sizeof(bad_caps) / sizeof(bad_caps[0]); i++) {
+		memset(&p, 0xab, sizeof(p));
+		ck_assert_int_eq(md_ring_prod_init(&p, data, bad_caps[i], rs, &tail, &head, 0), -1);
+		ck_assert_ptr_null(p.data);
+		ck_assert_uint_eq(p.capacity, 0);
+		memset(&c, 0xab, sizeof(c));
+		ck_assert_int_eq(md_ring_cons_init(&c, data, bad_caps[i], rs, &tail, &head, 0), -1);
+		ck_assert_ptr_null(c.data);
+		ck_assert_uint_eq(c.capacity, 0);
+	}
+	ck_assert_int_eq(md_ring_prod_init(&p, data, CAP, 2, &tail, &head, 0), -1); /* no stamp */
+	ck_assert_int_eq(md_ring_prod_init(&p, NULL, CAP, rs, &tail, &head, 0), -1);
+	ck_assert_int_eq(md_ring_prod_init(&p, data, CAP, rs, NULL, &head, 0), -1);
+	ck_assert_int_eq(md_ring_cons_init(&c, data, CAP, rs, &tail, NULL, 0), -1);
+	ck_assert_int_eq(md_ring_prod_init(&p, data, 1, rs, &tail, &head, 0), 0); /* 1 = 2^0 */
+}
+END_TEST
+
+/* A view re-made over a used ring starts where its side left off: the
+ * producer never overwrites records the consumer has not released, and a
+ * consumer head ahead of what was produced reads as a full ring. */
+START_TEST(test_init_over_used_ring)
+{
+	for (uint32_t i = 0; i < CAP + 3; i++) {
+		ck_assert_int_eq(push(i), 1);
+		if (i >= 3) {
+			struct md_stats_rec r;
+			ck_assert_int_eq(md_ring_copy_next(&cons, &r), MD_RING_OK);
+			md_ring_release(&cons);
+		}
+	}
+	uint64_t t = tail, h = head; /* 3 records unread */
+	ck_assert_uint_eq(t - h, 3);
+	struct md_ring_prod p;
+	ck_assert_int_eq(md_ring_prod_init(&p, data, CAP, sizeof(struct md_stats_rec), &tail, &head,
+					   t), 0);
+	uint32_t room = 0;
+	while (md_ring_reserve(&p)) {
+		md_ring_publish(&p, md_ring_reserve(&p));
+		room++;
+	}
+	ck_assert_uint_eq(room, CAP - 3);
+	struct md_ring_cons c;
+	ck_assert_int_eq(md_ring_cons_init(&c, data, CAP, sizeof(struct md_stats_rec), &tail, &head,
+					   h), 0);
+	ck_assert_uint_eq(c.tail_seen, h);
+	ck_assert_int_eq(md_ring_available(&c), CAP);
+	struct md_stats_rec r;
+	ck_assert_int_eq(md_ring_copy_next(&c, &r), MD_RING_OK);
+	ck_assert_uint_eq(r.pos, (uint32_t)h);
+
+	head = t + 5; /* hostile: the consumer claims records never produced */
+	ck_assert_int_eq(md_ring_prod_init(&p, data, CAP, sizeof(struct md_stats_rec), &tail, &head,
+					   t), 0);
+	ck_assert_ptr_null(md_ring_reserve(&p));
+	ck_assert_ptr_null(md_ring_reserve_at(&p, 0));
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -423,6 +491,8 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_stamp_torn_concurrent);
 	tcase_add_test(tc, test_stamp_hostile_ahead);
 	tcase_add_test(tc, test_stamp_bad_tail_on_reload);
+	tcase_add_test(tc, test_init_refuses_bad_geometry);
+	tcase_add_test(tc, test_init_over_used_ring);
 	suite_add_tcase(s, tc);
 	return s;
 }

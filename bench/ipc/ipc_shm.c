@@ -301,43 +301,20 @@ static int ring_attach(struct ring_state *r, struct ring_view *v, int as_engine)
 	/* Geometry from our private copy (r), never from the shared headers. */
 	v->ectrl = (struct md_engine_ctrl *)(v->eng + r->eoff.ctrl);
 	v->dctrl = (struct md_daemon_ctrl *)(v->dae + r->doff.ctrl);
-	if (as_engine) {
-		v->prod = (struct md_ring_prod){
-			.data = v->eng + r->eoff.stats_ring,
-			.tail = &v->ectrl->stats_tail,
-			.head = &v->dctrl->stats_head,
-			.capacity = RING_STATS_CAPACITY,
-			.rec_size = sizeof(struct md_stats_rec),
-		};
-		v->cons = (struct md_ring_cons){
-			.data = v->dae + r->doff.cmd_ring,
-			.tail = &v->dctrl->cmd_tail,
-			.head = &v->ectrl->cmd_head,
-			.capacity = RING_CMD_CAPACITY,
-			.rec_size = sizeof(struct md_cmd),
-		};
-	} else {
-		v->prod = (struct md_ring_prod){
-			.data = v->dae + r->doff.cmd_ring,
-			.tail = &v->dctrl->cmd_tail,
-			.head = &v->ectrl->cmd_head,
-			.capacity = RING_CMD_CAPACITY,
-			.rec_size = sizeof(struct md_cmd),
-		};
-		v->cons = (struct md_ring_cons){
-			.data = v->eng + r->eoff.stats_ring,
-			.tail = &v->ectrl->stats_tail,
-			.head = &v->dctrl->stats_head,
-			.capacity = RING_STATS_CAPACITY,
-			.rec_size = sizeof(struct md_stats_rec),
-		};
-	}
 	/* Indices carry over from the previous measurement on these segments. */
-	v->prod.next = md_load_acquire(v->prod.tail);
-	v->prod.cached_head = md_load_acquire(v->prod.head);
-	v->cons.next = md_load_acquire(v->cons.head);
-	v->cons.tail_seen = v->cons.next;
-	return 0;
+	char *stats = v->eng + r->eoff.stats_ring, *cmds = v->dae + r->doff.cmd_ring;
+	uint64_t *stail = &v->ectrl->stats_tail, *shead = &v->dctrl->stats_head;
+	uint64_t *ctail = &v->dctrl->cmd_tail, *chead = &v->ectrl->cmd_head;
+	if (as_engine)
+		return md_ring_prod_init(&v->prod, stats, RING_STATS_CAPACITY,
+					 sizeof(struct md_stats_rec), stail, shead,
+					 md_load_acquire(stail)) |
+		       md_ring_cons_init(&v->cons, cmds, RING_CMD_CAPACITY, sizeof(struct md_cmd),
+					 ctail, chead, md_load_acquire(chead));
+	return md_ring_prod_init(&v->prod, cmds, RING_CMD_CAPACITY, sizeof(struct md_cmd), ctail,
+				 chead, md_load_acquire(ctail)) |
+	       md_ring_cons_init(&v->cons, stats, RING_STATS_CAPACITY, sizeof(struct md_stats_rec),
+				 stail, shead, md_load_acquire(shead));
 }
 
 static void ring_detach(struct ring_state *r, struct ring_view *v)

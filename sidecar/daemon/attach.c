@@ -325,20 +325,17 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 		goto fail_host;
 	}
 
-	/* Private ring views: capacities and pointers from our own numbers. */
-	e->stats.data = (const char *)em + eoff.stats_ring;
-	e->stats.tail = &e->ectrl->stats_tail;
-	e->stats.head = &e->dctrl->stats_head;
-	e->stats.capacity = e->stats_capacity;
-	e->stats.rec_size = sizeof(struct md_stats_rec);
-	e->stats.next = 0;
-	e->cmds.data = (char *)dm + doff.cmd_ring;
-	e->cmds.tail = &e->dctrl->cmd_tail;
-	e->cmds.head = &e->ectrl->cmd_head;
-	e->cmds.capacity = e->cmd_capacity;
-	e->cmds.rec_size = sizeof(struct md_cmd);
-	e->cmds.next = 0;
-	e->cmds.cached_head = 0;
+	/* Private ring views: capacities and pointers from our own numbers
+	 * (validated above, so neither init can fail). */
+	step = "ring views";
+	if (md_ring_cons_init(&e->stats, (const char *)em + eoff.stats_ring, e->stats_capacity,
+			      sizeof(struct md_stats_rec), &e->ectrl->stats_tail,
+			      &e->dctrl->stats_head, 0) < 0 ||
+	    md_ring_prod_init(&e->cmds, (char *)dm + doff.cmd_ring, e->cmd_capacity,
+			      sizeof(struct md_cmd), &e->dctrl->cmd_tail, &e->ectrl->cmd_head, 0) < 0) {
+		rc = -EINVAL;
+		goto fail_host;
+	}
 	e->attach_ns = md__now_ns();
 	e->last_resync_request = 0;
 

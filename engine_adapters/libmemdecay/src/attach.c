@@ -58,11 +58,6 @@ int md__resolve_socket_path(const char *cfg_path, char *buf, size_t len)
 	return 0;
 }
 
-static int is_pow2(uint32_t v)
-{
-	return v && !(v & (v - 1));
-}
-
 /* region [off, off+size) inside [lo, seg) and 8-byte aligned */
 static int region_ok(uint64_t off, uint64_t size, uint64_t lo, uint64_t seg)
 {
@@ -257,8 +252,8 @@ static int validate(struct md_client *c, struct md__attach *a, uint32_t engine_i
 			      c->page_capacity, c->max_seqs);
 		return MD_EPROTO;
 	}
-	if (!is_pow2(eh.stats_capacity) || eh.stats_capacity > MD_RING_CAPACITY_MAX ||
-	    !is_pow2(dh.cmd_capacity) || dh.cmd_capacity > MD_RING_CAPACITY_MAX) {
+	if (!md_ring_capacity_ok(eh.stats_capacity) || eh.stats_capacity > MD_RING_CAPACITY_MAX ||
+	    !md_ring_capacity_ok(dh.cmd_capacity) || dh.cmd_capacity > MD_RING_CAPACITY_MAX) {
 		md__set_error(c, "ring capacities %u/%u not powers of two within limits",
 			      eh.stats_capacity, dh.cmd_capacity);
 		return MD_EPROTO;
@@ -476,23 +471,19 @@ int md__attach(struct md_client *c, struct md__attach *a)
 	a->dctrl = (const struct md_daemon_ctrl *)(d + a->g.doff.ctrl);
 	a->params = (const struct md_param_block *)(d + a->g.doff.params);
 
-	a->stats.data = e + a->g.eoff.stats_ring;
-	a->stats.tail = &a->ectrl->stats_tail;
-	a->stats.head = &a->dctrl->stats_head;
-	a->stats.capacity = a->g.stats_capacity;
-	a->stats.rec_size = sizeof(struct md_stats_rec);
-	a->stats.next = 0;
-	a->stats.cached_head = 0;
+	/* Both words start at 0 on a fresh attachment, before the views read them. */
 	md_store_release(&a->ectrl->stats_tail, 0);
-
-	a->cmds.data = d + a->g.doff.cmd_ring;
-	a->cmds.tail = &a->dctrl->cmd_tail;
-	a->cmds.head = &a->ectrl->cmd_head;
-	a->cmds.capacity = a->g.cmd_capacity;
-	a->cmds.rec_size = sizeof(struct md_cmd);
-	a->cmds.next = 0;
-	a->cmds.tail_seen = 0;
 	md_store_release(&a->ectrl->cmd_head, 0);
+	if (md_ring_prod_init(&a->stats, e + a->g.eoff.stats_ring, a->g.stats_capacity,
+			      sizeof(struct md_stats_rec), &a->ectrl->stats_tail,
+			      &a->dctrl->stats_head, 0) < 0 ||
+	    md_ring_cons_init(&a->cmds, d + a->g.doff.cmd_ring, a->g.cmd_capacity,
+			      sizeof(struct md_cmd), &a->dctrl->cmd_tail, &a->ectrl->cmd_head, 0) < 0) {
+		md__set_error(c, "ring capacities %u/%u are not powers of two",
+			      a->g.stats_capacity, a->g.cmd_capacity);
+		rc = MD_EPROTO;
+		goto fail;
+	}
 	return 0;
 fail:
 	md__attach_close(a);

@@ -70,14 +70,9 @@ static void gpu_attached(struct md_client *c)
 {
 	struct md_gpu *g = c->gpu;
 	g->stage_head = g->stage_tail = 0;
-	struct md_ring_prod *p = &c->a.stats;
-	p->data = g->stage;
-	p->tail = &g->stage_tail;
-	p->head = &g->stage_head;
-	p->capacity = g->stage_capacity;
-	p->rec_size = sizeof(struct md_stats_rec);
-	p->next = 0;
-	p->cached_head = 0;
+	/* the staging ring's geometry is our own, checked when it was made */
+	(void)md_ring_prod_init(&c->a.stats, g->stage, g->stage_capacity,
+				sizeof(struct md_stats_rec), &g->stage_tail, &g->stage_head, 0);
 
 	struct mdk_cuda_ring_export ex;
 	if (mdk_cuda_ring_get_export(g->ring, &ex) < 0)
@@ -108,11 +103,6 @@ static void gpu_free(struct md_gpu *g)
 	free(g);
 }
 
-static int is_pow2(uint32_t v)
-{
-	return v && !(v & (v - 1));
-}
-
 MD__EXPORT int md_gpu_create(md_client *c, const struct md_gpu_config *cfg, md_gpu **out)
 {
 	if (out)
@@ -125,7 +115,7 @@ MD__EXPORT int md_gpu_create(md_client *c, const struct md_gpu_config *cfg, md_g
 		cfg = &def;
 	uint32_t cap = cfg->ring_capacity ? cfg->ring_capacity : MD__GPU_RING_DEFAULT;
 	uint32_t max_pages = cfg->max_pages ? cfg->max_pages : c->page_capacity;
-	if (!is_pow2(cap) || cap > (1u << 24) || cap < 4 || max_pages > c->page_capacity ||
+	if (!md_ring_capacity_ok(cap) || cap > (1u << 24) || cap < 4 || max_pages > c->page_capacity ||
 	    cfg->device < 0) {
 		md__set_error(c, "md_gpu_create: ring_capacity must be a power of two in 4..2^24, "
 			      "max_pages at most page_capacity, device >= 0");
