@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "memdecay_clock.h"
 
 #define CAP 32u
 #define SEQS 4u
@@ -63,7 +64,7 @@ static int fake_attach(md_client *c, int *peer)
 		abort(); /* the harness's own geometry */
 	c->attached = 1;
 	c->attach_error = 0;
-	c->attach_ns = md__now_ns();
+	c->attach_ns = md_now_ns();
 	return 0;
 }
 

@@ -38,6 +38,7 @@
 #include "md_kernels.h"
 #include "md_kernels_cuda.h"
 #include "memdecay.h"
+#include "memdecay_clock.h"
 
 #define P 16u
 #define NP 32u
@@ -53,9 +54,7 @@ static pid_t g_pid = -1;
 
 static double now_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	return 1e-9 * (double)md_now_ns();
 }
 
 static int start_daemon(void)

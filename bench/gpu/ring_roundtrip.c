@@ -22,6 +22,7 @@
 
 #include "md_cuda_ring.h"
 #include "memdecay_abi.h"
+#include "memdecay_clock.h"
 
 #define CAPACITY 4096u
 #define PINGS 2000
@@ -35,13 +36,6 @@ struct shared {
 	volatile uint64_t errors;    /* bad records seen by the child */
 	volatile uint64_t received;
 };
-
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -116,7 +110,7 @@ static int daemon_side(int rfd, struct shared *sh)
 static int wait_ack(struct shared *sh, uint64_t seq, double deadline_ns)
 {
 	while (__atomic_load_n(&sh->acked, __ATOMIC_ACQUIRE) < seq)
-		if (now_ns() > deadline_ns)
+		if ((double)md_now_ns() > deadline_ns)
 			return -1;
 	return 0;
 }
@@ -154,15 +148,15 @@ int main(void)
 	mdk_cuda_ring_get_export(ring, &ex);
 	if (write(pfd[1], &ex, sizeof(ex)) != (ssize_t)sizeof(ex))
 		return 1;
-	double t_open = now_ns();
-	while (sh->ready == 0 && now_ns() - t_open < 60e9)
+	double t_open = (double)md_now_ns();
+	while (sh->ready == 0 && (double)md_now_ns() - t_open < 60e9)
 		;
 	if (sh->ready != 1) {
 		fprintf(stderr, "engine: the daemon side could not open the ring\n");
 		waitpid(pid, NULL, 0);
 		return 1;
 	}
-	printf("RESULT kernel=ring_open ms=%.1f\n", (now_ns() - t_open) / 1e6);
+	printf("RESULT kernel=ring_open ms=%.1f\n", ((double)md_now_ns() - t_open) / 1e6);
 
 	/* Ping: one record, wait for the ack. */
 	cudaStream_t st;
@@ -173,7 +167,7 @@ int main(void)
 	for (int i = 0; i < PINGS && !failed; i++) {
 		struct md_stats_rec r;
 		make_rec(&r, ++seq, 0);
-		double t0 = now_ns();
+		double t0 = (double)md_now_ns();
 		if (mdk_cuda_ring_push(ring, &r, 1, st) != 1) {
 			fprintf(stderr, "engine: push failed: %s\n", mdk_cuda_last_error());
 			failed = 1;
@@ -185,7 +179,7 @@ int main(void)
 			failed = 1;
 			break;
 		}
-		rtt[i] = now_ns() - t0;
+		rtt[i] = (double)md_now_ns() - t0;
 	}
 	if (!failed) {
 		qsort(rtt, PINGS, sizeof(double), cmp_d);
@@ -196,7 +190,7 @@ int main(void)
 	/* Bulk: batches as fast as the ring takes them; drops are retried. */
 	struct md_stats_rec batch[BATCH];
 	uint64_t sent = 0;
-	double t0 = now_ns();
+	double t0 = (double)md_now_ns();
 	while (!failed && sent < BULK_RECS) {
 		uint32_t n = BULK_RECS - sent < BATCH ? (uint32_t)(BULK_RECS - sent) : BATCH;
 		for (uint32_t i = 0; i < n; i++)
@@ -209,13 +203,13 @@ int main(void)
 		}
 		seq += (uint64_t)got;
 		sent += (uint64_t)got;
-		if (now_ns() - t0 > 120e9) {
+		if ((double)md_now_ns() - t0 > 120e9) {
 			fprintf(stderr, "engine: bulk phase timed out\n");
 			failed = 1;
 		}
 	}
-	if (!failed && wait_ack(sh, seq, now_ns() + 10e9) == 0) {
-		double s = (now_ns() - t0) / 1e9;
+	if (!failed && wait_ack(sh, seq, (double)md_now_ns() + 10e9) == 0) {
+		double s = ((double)md_now_ns() - t0) / 1e9;
 		printf("RESULT kernel=ring_bulk records=%u batch=%u recs_per_s=%.3g gbps=%.2f "
 		       "dropped_retried=%llu\n",
 		       BULK_RECS, BATCH, BULK_RECS / s, BULK_RECS * 64.0 / s / 1e9,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "memdecay_abi.h"
+#include "memdecay_clock.h"
 
 static const struct bench_transport *const transports[] = {
 	&bench_floor, &bench_ring_spin, &bench_ring_doorbell, &bench_unix_socket, &bench_zeromq,
@@ -58,7 +59,7 @@ int bench_spin_expired(uint64_t *spins, uint64_t *deadline_ns)
 {
 	if ((++*spins & ((1u << 20) - 1)) != 0)
 		return 0;
-	uint64_t now = bench_mono_ns();
+	uint64_t now = md_now_ns();
 	if (*deadline_ns == 0) {
 		*deadline_ns = now + BENCH_SPIN_DEADLINE_NS;
 		return 0;
@@ -68,9 +69,9 @@ int bench_spin_expired(uint64_t *spins, uint64_t *deadline_ns)
 
 int bench_wait_peer_ready(struct bench_shared *sh)
 {
-	uint64_t deadline = bench_mono_ns() + BENCH_SPIN_DEADLINE_NS;
+	uint64_t deadline = md_now_ns() + BENCH_SPIN_DEADLINE_NS;
 	while (!__atomic_load_n(&sh->peer_ready, __ATOMIC_ACQUIRE)) {
-		if (bench_mono_ns() > deadline)
+		if (md_now_ns() > deadline)
 			return -1;
 		sched_yield();
 	}
@@ -87,10 +88,10 @@ static int pin_to(int cpu)
 
 static void calibrate_ticks(void)
 {
-	uint64_t n0 = bench_mono_ns(), t0 = bench_ticks();
-	while (bench_mono_ns() - n0 < 100000000ull)
+	uint64_t n0 = md_now_ns(), t0 = bench_ticks();
+	while (md_now_ns() - n0 < 100000000ull)
 		;
-	uint64_t n1 = bench_mono_ns(), t1 = bench_ticks();
+	uint64_t n1 = md_now_ns(), t1 = bench_ticks();
 	ticks_per_ns = (double)(t1 - t0) / (double)(n1 - n0);
 }
 

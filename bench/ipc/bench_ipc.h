@@ -10,7 +10,8 @@
 #define MEMDECAY_BENCH_IPC_H
 
 #include <stdint.h>
-#include <time.h>
+
+#include "memdecay_clock.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -24,18 +25,9 @@ static inline uint64_t bench_ticks(void)
 #define cpu_relax() __asm__ __volatile__("" ::: "memory")
 static inline uint64_t bench_ticks(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return md_now_ns();
 }
 #endif
-
-static inline uint64_t bench_mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 #define BENCH_MSG_BYTES 64u
 

@@ -21,6 +21,7 @@
 
 #include "memdecay_abi.h"
 #include "memdecay_ring.h"
+#include "memdecay_clock.h"
 
 /* ------------------------------------------------------------------ floor */
 
@@ -116,7 +117,7 @@ static int floor_peer(void *state, struct bench_shared *sh, enum bench_mode mode
 		if ((i & 63) == 63)
 			md_store_release(&f->cons_head, i + 1);
 	}
-	sh->tput_end_ns = bench_mono_ns();
+	sh->tput_end_ns = md_now_ns();
 	md_store_release(&f->cons_head, n);
 	return 0;
 }
@@ -133,7 +134,7 @@ static int floor_self(void *state, struct bench_shared *sh, enum bench_mode mode
 	if (mode == BENCH_RTT)
 		return floor_rtt_self(f, 0, n, samples);
 	uint64_t cached_head = 0;
-	sh->tput_start_ns = bench_mono_ns();
+	sh->tput_start_ns = md_now_ns();
 	for (uint64_t i = 0; i < n; i++) {
 		while (i - cached_head >= FLOOR_SLOTS) {
 			cached_head = md_load_acquire(&f->cons_head);
@@ -448,7 +449,7 @@ static int ring_tput_peer(struct ring_state *r, struct ring_view *v, struct benc
 				return -1;
 		md_ring_release(&v->cons);
 	}
-	sh->tput_end_ns = bench_mono_ns();
+	sh->tput_end_ns = md_now_ns();
 	return 0;
 }
 
@@ -512,8 +513,8 @@ static int ring_rtt_self(struct ring_state *r, struct ring_view *v, struct bench
 				if (bench_spin_expired(&spins, &deadline))
 					return -1;
 			}
-			uint64_t until = bench_mono_ns() + 20000;
-			while (bench_mono_ns() < until)
+			uint64_t until = md_now_ns() + 20000;
+			while (md_now_ns() < until)
 				cpu_relax();
 		}
 		uint64_t t0 = bench_ticks();
@@ -547,7 +548,7 @@ static int ring_self(void *state, struct bench_shared *sh, enum bench_mode mode,
 	if (mode == BENCH_RTT) {
 		rc = ring_rtt_self(r, &v, sh, 0, n, samples);
 	} else {
-		sh->tput_start_ns = bench_mono_ns();
+		sh->tput_start_ns = md_now_ns();
 		for (uint64_t i = 0; i < n && rc == 0; i++)
 			rc = ring_send(r, &v, sh, i, &spins, &deadline);
 	}

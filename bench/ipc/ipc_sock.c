@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "bench_ipc.h"
+#include "memdecay_clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -101,7 +102,7 @@ static int unix_peer(void *state, struct bench_shared *sh, enum bench_mode mode,
 			return -1;
 		got += (uint64_t)r;
 	}
-	sh->tput_end_ns = bench_mono_ns();
+	sh->tput_end_ns = md_now_ns();
 	return 0;
 }
 
@@ -122,7 +123,7 @@ static int unix_self(void *state, struct bench_shared *sh, enum bench_mode mode,
 		}
 		return 0;
 	}
-	sh->tput_start_ns = bench_mono_ns();
+	sh->tput_start_ns = md_now_ns();
 	for (uint64_t i = 0; i < n; i++)
 		if (write_full(fd, msg, sizeof(msg)) < 0)
 			return -1;
@@ -217,7 +218,7 @@ static int zmq_peer(void *state, struct bench_shared *sh, enum bench_mode mode, 
 		}
 	}
 	if (mode == BENCH_TPUT)
-		sh->tput_end_ns = bench_mono_ns();
+		sh->tput_end_ns = md_now_ns();
 	zmq_shut(ctx, s);
 	return rc;
 }
@@ -239,7 +240,7 @@ static int zmq_self(void *state, struct bench_shared *sh, enum bench_mode mode, 
 	if (zmq_send(s, msg, 1, 0) < 0 || zmq_recv(s, msg, sizeof(msg), 0) < 0)
 		rc = -1;
 	if (mode == BENCH_TPUT)
-		sh->tput_start_ns = bench_mono_ns();
+		sh->tput_start_ns = md_now_ns();
 	for (uint64_t i = 0; i < n && rc == 0; i++) {
 		uint64_t t0 = bench_ticks();
 		if (zmq_send(s, msg, sizeof(msg), 0) != (int)sizeof(msg)) {

@@ -15,6 +15,7 @@
 
 #include "md_kernels.h"
 #include "md_kernels_flash.h"
+#include "memdecay_clock.h"
 
 #define REPS 15
 
@@ -30,13 +31,6 @@ static double nrand(void)
 {
 	double u = urand() + 1e-12, v = urand();
 	return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-}
-
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -133,19 +127,19 @@ static void bench_shape(const struct shape *sh, int first)
 		struct mdk_page_out o = {tm[w], pm[w], rf};
 		run_one((enum which)w, &p, &m, &o);
 		/* Calls per repetition: about 20 ms worth (5 ms with --quick). */
-		double t0 = now_ns();
+		double t0 = (double)md_now_ns();
 		run_one((enum which)w, &p, &m, &o);
-		double one = now_ns() - t0;
+		double one = (double)md_now_ns() - t0;
 		double target = quick ? 5e6 : 2e7;
 		int calls = one > 0 ? (int)(target / one) : 1000;
 		if (calls < 1)
 			calls = 1;
 		double v[REPS];
 		for (int r = 0; r < REPS; r++) {
-			double a = now_ns();
+			double a = (double)md_now_ns();
 			for (int i = 0; i < calls; i++)
 				run_one((enum which)w, &p, &m, &o);
-			v[r] = (now_ns() - a) / calls;
+			v[r] = ((double)md_now_ns() - a) / calls;
 		}
 		st[w] = summarize(v, REPS);
 		if (w != W_BASELINE)
@@ -260,9 +254,9 @@ static void flash_subsample(void)
 	uint32_t n_pages = f.in.n_pages;
 	float *full = malloc(n_pages * 4), *sub = malloc(n_pages * 4);
 	struct mdk_flash_out o = {full, NULL};
-	double t0 = now_ns();
+	double t0 = (double)md_now_ns();
 	mdk_flash_page_mass(&f.in, &o);
-	double full_ns = now_ns() - t0;
+	double full_ns = (double)md_now_ns() - t0;
 	double sum = 0;
 	for (uint32_t i = 0; i < n_pages; i++)
 		sum += full[i];

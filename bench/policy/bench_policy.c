@@ -13,6 +13,7 @@
 #include <time.h>
 #include "host_internal.h"
 #include "oracle.h"
+#include "memdecay_clock.h"
 
 static uint64_t rng_state = 1;
 static uint32_t policy_id = MD_POLICY_MEMDECAY;
@@ -24,13 +25,6 @@ static uint64_t rnd(void)
 	return x ^ (x >> 31);
 }
 static double rnd01(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -157,13 +151,13 @@ static int run_one(uint64_t npages, struct result *res)
 	md__host_decide(h, d, 4);
 	struct timespec c0, c1;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-	uint64_t t0 = now_ns(), done = 0;
+	uint64_t t0 = md_now_ns(), done = 0;
 	/* the daemon drains a ring span at a time: batches of 256 records */
 	for (int pass = 0; pass < 3; pass++)
 		for (size_t i = 0; i < nrec; i += 256)
 			done += md__host_ingest_batch(h, 1, &recs[i], nrec - i < 256 ? nrec - i : 256,
 						      NULL, NULL);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = md_now_ns();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 	res->ingest_rate = (double)done / ((double)(t1 - t0) * 1e-9);
 	double cpu_s = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
@@ -206,17 +200,17 @@ static int run_one(uint64_t npages, struct result *res)
 		/* the naive methods first: they do not change the state */
 		uint32_t ps = UINT32_MAX, pc = UINT32_MAX;
 		if (it < sort_iters) {
-			uint64_t a = now_ns();
+			uint64_t a = md_now_ns();
 			ps = naive_pick(h, e, buf, 1);
-			srt[it] = now_ns() - a;
-			a = now_ns();
+			srt[it] = md_now_ns() - a;
+			a = md_now_ns();
 			pc = naive_pick(h, e, buf, 0);
-			scn[it] = now_ns() - a;
+			scn[it] = md_now_ns() - a;
 		}
 		size_t no = md__oracle_decide(h, o, 4);
-		uint64_t a = now_ns();
+		uint64_t a = md_now_ns();
 		size_t nd = md__host_decide(h, d, 4);
-		dec[it] = now_ns() - a;
+		dec[it] = md_now_ns() - a;
 		res->decisions++;
 		if (nd != 1 || no != nd || memcmp(d, o, sizeof d[0]) != 0)
 			res->mismatches++;

@@ -42,17 +42,11 @@
 
 #include "memdecay_abi.h"
 #include "memdecay_ring.h"
+#include "memdecay_clock.h"
 
 static volatile sig_atomic_t g_stop, g_settle;
 static void on_signal(int s) { (void)s; g_stop = 1; }
 static void on_settle(int s) { (void)s; g_settle = 1; }
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -254,7 +248,7 @@ static void bell(const struct att *a)
 
 static void heartbeat(struct att *a)
 {
-	md_store_relaxed(&a->ectrl->heartbeat_ns, now_ns());
+	md_store_relaxed(&a->ectrl->heartbeat_ns, md_now_ns());
 }
 
 /* Next record slot, stamped with the right pos unless `torn`. */
@@ -598,13 +592,13 @@ static int mode_shm(void)
 	}
 	struct shm_result res;
 	memset(&res, 0, sizeof(res));
-	uint64_t t0 = now_ns(), end = t0 + o.duration_ms * 1000000ull, detached_ns = 0;
+	uint64_t t0 = md_now_ns(), end = t0 + o.duration_ms * 1000000ull, detached_ns = 0;
 	open_legit(&a);
 	uint64_t round = 0;
-	while (!g_stop && now_ns() < end) {
+	while (!g_stop && md_now_ns() < end) {
 		heartbeat(&a);
 		if (att_gone(&a)) {
-			detached_ns = now_ns();
+			detached_ns = md_now_ns();
 			break;
 		}
 		enum attack k = (enum attack)(round++ % A_COUNT);
@@ -647,14 +641,14 @@ static int mode_ctl(void)
 		rl.rlim_cur = rl.rlim_max < o.conns + 64 ? rl.rlim_max : o.conns + 64;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	uint64_t t0 = now_ns(), end = t0 + o.duration_ms * 1000000ull;
+	uint64_t t0 = md_now_ns(), end = t0 + o.duration_ms * 1000000ull;
 	uint64_t random_conns = 0, oversized = 0, half_open = 0, slow = 0, storms = 0;
 	uint64_t storm_connected = 0, storm_refused = 0, err_replies = 0, hello_garbage = 0;
 	int *storm = calloc(o.conns, sizeof(int));
 	if (!storm)
 		return 1;
 	char buf[3 * MD_CTL_LINE_MAX];
-	while (!g_stop && now_ns() < end) {
+	while (!g_stop && md_now_ns() < end) {
 		/* random bytes, with and without newlines */
 		for (int i = 0; i < 4; i++) {
 			int fd = sock_connect(o.socket);
@@ -776,7 +770,7 @@ static int mode_ctl(void)
 	       ", \"storms\": %" PRIu64 ", \"storm_connected\": %" PRIu64
 	       ", \"storm_refused\": %" PRIu64 ", \"err_replies\": %" PRIu64 ", \"wall_s\": %.3f}\n",
 	       random_conns, hello_garbage, oversized, half_open, slow, storms, storm_connected,
-	       storm_refused, err_replies, (double)(now_ns() - t0) / 1e9);
+	       storm_refused, err_replies, (double)(md_now_ns() - t0) / 1e9);
 	return 0;
 }
 
@@ -813,9 +807,9 @@ static int mode_relabel(void)
 	}
 	fill_table(&a, 0, 1);
 	sleep_ms(500); /* the resync builds the sequence */
-	uint64_t end = now_ns() + o.duration_ms * 1000000ull, sent = 0;
+	uint64_t end = md_now_ns() + o.duration_ms * 1000000ull, sent = 0;
 	int gone = 0;
-	while (!g_stop && now_ns() < end) {
+	while (!g_stop && md_now_ns() < end) {
 		heartbeat(&a);
 		if (att_gone(&a)) {
 			gone = 1;
@@ -855,9 +849,9 @@ static int mode_resync(void)
 	int desc = !strcmp(o.order, "desc");
 	uint32_t gen = 1;
 	fill_table(&a, desc, gen);
-	uint64_t end = now_ns() + o.duration_ms * 1000000ull, requests = 1;
+	uint64_t end = md_now_ns() + o.duration_ms * 1000000ull, requests = 1;
 	int gone = 0;
-	while (!g_stop && now_ns() < end) {
+	while (!g_stop && md_now_ns() < end) {
 		heartbeat(&a);
 		if (att_gone(&a)) {
 			gone = 1;
@@ -914,8 +908,8 @@ static int mode_idle(void)
 	printf("{\"mode\": \"idle\", \"attached\": %u, \"refused\": %u, \"first_error\": \"%s\"}\n",
 	       ok, refused, first_err);
 	fflush(stdout);
-	uint64_t end = now_ns() + o.duration_ms * 1000000ull;
-	while (!g_stop && now_ns() < end)
+	uint64_t end = md_now_ns() + o.duration_ms * 1000000ull;
+	while (!g_stop && md_now_ns() < end)
 		sleep_ms(20);
 	for (uint32_t i = 0; i < ok; i++)
 		att_close(&as[i]);
@@ -997,11 +991,11 @@ static int mode_replay(void)
 	}
 	struct att a;
 	char err[512];
-	uint64_t t0 = now_ns(), end = t0 + o.duration_ms * 1000000ull;
+	uint64_t t0 = md_now_ns(), end = t0 + o.duration_ms * 1000000ull;
 	uint64_t attaches = 0, lost_ns = 0, cmd_next = 0;
 	int attached = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while (!g_stop && (o.duration_ms == 0 || now_ns() < end)) {
+	while (!g_stop && (o.duration_ms == 0 || md_now_ns() < end)) {
 		if (!attached) {
 			if (att_open(&a, err, sizeof(err)) == 0) {
 				attached = 1;
@@ -1011,7 +1005,7 @@ static int mode_replay(void)
 				printf("{\"event\": \"attached\", \"engine_id\": %u, \"instance\": %" PRIu64
 				       ", \"pages\": %zu, \"after_loss_ms\": %.1f}\n",
 				       a.engine_id, a.instance, n_rpages,
-				       lost_ns ? (double)(now_ns() - lost_ns) / 1e6 : 0.0);
+				       lost_ns ? (double)(md_now_ns() - lost_ns) / 1e6 : 0.0);
 			} else {
 				sleep_ms(50);
 				continue;
@@ -1033,7 +1027,7 @@ static int mode_replay(void)
 		if (att_gone(&a) || md_load_acquire(&a.dctrl->shutting_down)) {
 			att_close(&a);
 			attached = 0;
-			lost_ns = now_ns();
+			lost_ns = md_now_ns();
 			printf("{\"event\": \"lost\"}\n");
 			continue;
 		}

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "md_kernels.h"
+#include "memdecay_clock.h"
 
 static char *md__strdup(const char *s)
 {
@@ -146,12 +147,12 @@ static void md__on_detached(md_llama *a)
 	md__notice(a, "memdecay: memdecayd unreachable (%s); decoding continues without evictions",
 		   a->client ? md_client_last_error(a->client) : "no client");
 	a->backoff_ns = 100000000ull;
-	a->next_retry_ns = mdl_now_ns() + a->backoff_ns;
+	a->next_retry_ns = md_now_ns() + a->backoff_ns;
 }
 
 static void md__try_reattach(md_llama *a)
 {
-	uint64_t now = mdl_now_ns();
+	uint64_t now = md_now_ns();
 	if (!a->client || now < a->next_retry_ns)
 		return;
 	if (md_client_reattach(a->client) == 0 && md_client_attached(a->client)) {
@@ -320,10 +321,10 @@ static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 		return;
 	a->wait_suppressed = 0;
 	a->st.budget_waits++;
-	uint64_t deadline = mdl_now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
+	uint64_t deadline = md_now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
 	uint64_t ev_seen = a->st.evictions;
 	while ((uint64_t)s->live_tokens + n_next > limit) {
-		uint64_t now = mdl_now_ns();
+		uint64_t now = md_now_ns();
 		if (a->st.evictions != ev_seen) {
 			/* The daemon decided and evicted what it could in one go; if
 			 * nothing more comes at once, that is as low as it gets. */
@@ -385,9 +386,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	struct mdl_seq *s = &a->seqs[seq];
 	llama_pos pos0 = s->pos_next;
 	if (tracked) {
-		uint64_t tw = mdl_now_ns();
+		uint64_t tw = md_now_ns();
 		md__budget_wait(a, seq, n);
-		a->st.budget_wait_ns += mdl_now_ns() - tw;
+		a->st.budget_wait_ns += md_now_ns() - tw;
 		int rc = mdl_pages_append(a, seq, pos0, regions, n);
 		if (rc < 0)
 			return rc;
@@ -414,9 +415,9 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	a->cur_tracked = tracked;
 	a->cur_idx_seen = 0;
 	a->in_decode = 1;
-	uint64_t td = mdl_now_ns();
+	uint64_t td = md_now_ns();
 	int rc = llama_decode(a->ctx, *b);
-	a->st.decode_ns += mdl_now_ns() - td;
+	a->st.decode_ns += md_now_ns() - td;
 	while (rc == 1 && !a->attached && tracked && md__local_fallback(a, seq) == 0)
 		rc = llama_decode(a->ctx, *b);
 	a->in_decode = 0;
@@ -432,15 +433,15 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 			a->st.peak_live_tokens = s->live_tokens;
 		a->live_weighted_sum += (double)s->live_tokens * n;
 		a->live_weight += n;
-		uint64_t t0 = mdl_now_ns();
+		uint64_t t0 = md_now_ns();
 		if (a->client)
 			mdl_publish_step(a, seq, n);
-		a->st.publish_ns += mdl_now_ns() - t0;
+		a->st.publish_ns += md_now_ns() - t0;
 		/* Commands wait for the tracked sequence's own step: a probe copy
 		 * shares its cells and must not see them vanish. */
 		md_llama_step(a);
 	} else {
-		mdl_keepalive(a, mdl_now_ns());
+		mdl_keepalive(a, md_now_ns());
 	}
 	return 0;
 }

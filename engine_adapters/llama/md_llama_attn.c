@@ -13,6 +13,7 @@
 #include <ggml-backend.h>
 
 #include "md_kernels.h"
+#include "memdecay_clock.h"
 
 /* ---- cb_eval: what the graph shows ---- */
 
@@ -109,12 +110,12 @@ bool mdl_cb_eval(struct ggml_tensor *t, bool ask, void *user)
 		}
 		return false;
 	}
-	uint64_t t0 = mdl_now_ns();
+	uint64_t t0 = md_now_ns();
 	if (t->op == GGML_OP_SET_ROWS)
 		mdl_observe_kv_write(a, t);
 	else if (t->op == GGML_OP_SOFT_MAX)
 		md__observe_attention(a, t);
-	uint64_t t1 = mdl_now_ns();
+	uint64_t t1 = md_now_ns();
 	a->st.observe_ns += t1 - t0;
 	mdl_keepalive(a, t1);
 	return true;  /* false would abort the graph */

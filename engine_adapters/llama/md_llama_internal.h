@@ -22,6 +22,7 @@
 #include <ggml.h>
 
 #include "memdecay.h"
+#include "memdecay_clock.h"
 
 #define MD_LLAMA_CMD_BATCH 64
 
@@ -103,13 +104,6 @@ struct md_llama {
 	double live_weighted_sum;
 	uint64_t live_weight;
 };
-
-static inline uint64_t mdl_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* md_llama.c */
 void mdl_keepalive(md_llama *a, uint64_t now);

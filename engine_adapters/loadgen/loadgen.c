@@ -20,6 +20,7 @@
 
 #include "memdecay.h"
 #include "lathist.h"   /* sidecar/: command-latency histogram */
+#include "memdecay_clock.h"
 
 #define P 16u
 #define REATTACH_NS (200u * 1000000u)
@@ -82,13 +83,6 @@ static uint64_t rng(void)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 static double rng01(void) { return (double)(rng() >> 11) / 9007199254740992.0; }
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static struct opts o;
 static struct stats st;
@@ -290,7 +284,7 @@ static void apply_commands(const struct md_params_view *pv)
 	struct md_evict ev[64];
 	int n;
 	while ((n = md_poll_commands(cl, ev, 64)) > 0) {
-		uint64_t applied_ns = now_ns();
+		uint64_t applied_ns = md_now_ns();
 		for (int i = 0; i < n; i++) {
 			struct page *pg = &pages[ev[i].slot];
 			st.cmds_seen++;
@@ -369,9 +363,9 @@ static void make_room(const struct md_params_view *pv)
 	uint64_t budget = budget_pages(pv);
 	if (!budget || occupancy < budget + 1)
 		return;
-	uint64_t deadline = now_ns() + (uint64_t)o.wait_ms * 1000000u;
+	uint64_t deadline = md_now_ns() + (uint64_t)o.wait_ms * 1000000u;
 	while (occupancy >= budget + 1 && md_client_attached(cl)) {
-		uint64_t t = now_ns();
+		uint64_t t = md_now_ns();
 		if (t >= deadline) {
 			st.wait_timeouts++;
 			return;
@@ -563,15 +557,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "memdecay-loadgen: not attached (%s), running fail-open\n",
 			md_client_last_error(cl));
 
-	uint64_t t0 = now_ns(), last_reattach = t0;
+	uint64_t t0 = md_now_ns(), last_reattach = t0;
 	uint64_t period = o.step_hz > 0 ? (uint64_t)(1e9 / o.step_hz) : 0;
 	uint64_t next_step = t0;
 	struct md_params_view pv;
 	int err = 0;
 	for (uint64_t step = 0; !g_stop && (o.steps == 0 || step < o.steps); step++) {
-		uint64_t step_t0 = now_ns();
+		uint64_t step_t0 = md_now_ns();
 		if (!md_client_check(cl, o.hb_timeout_ms)) {
-			uint64_t t = now_ns();
+			uint64_t t = md_now_ns();
 			if (t - last_reattach >= REATTACH_NS) {
 				last_reattach = t;
 				if (md_client_reattach(cl) == 0)
@@ -591,7 +585,7 @@ int main(int argc, char **argv)
 		note_occupancy(budget_pages(&pv));
 		apply_commands(&pv);
 		st.steps++;
-		uint64_t step_ns = now_ns() - step_t0;
+		uint64_t step_ns = md_now_ns() - step_t0;
 		st.step_ns_total += step_ns;
 		if (step_ns > st.step_ns_max)
 			st.step_ns_max = step_ns;
@@ -599,7 +593,7 @@ int main(int argc, char **argv)
 			st.slow_steps++;
 		if (period) {
 			next_step += period;
-			uint64_t t = now_ns();
+			uint64_t t = md_now_ns();
 			if (next_step > t) {
 				struct timespec ts = { (time_t)((next_step - t) / 1000000000u),
 						       (long)((next_step - t) % 1000000000u) };
@@ -609,11 +603,11 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	double wall = (double)(now_ns() - t0) / 1e9;
+	double wall = (double)(md_now_ns() - t0) / 1e9;
 	if (o.dump)
 		dump_pages(o.dump);
 	/* Hold: stay attached, unchanged, so the daemon's view can be compared. */
-	for (uint64_t end = now_ns() + (uint64_t)o.hold_ms * 1000000u; !g_stop && now_ns() < end;) {
+	for (uint64_t end = md_now_ns() + (uint64_t)o.hold_ms * 1000000u; !g_stop && md_now_ns() < end;) {
 		md_client_check(cl, o.hb_timeout_ms);
 		struct timespec ts = { 0, 10000000 };
 		nanosleep(&ts, NULL);

@@ -17,6 +17,7 @@
 #include "ctl_calibrate.h"
 #include "ctl_parse.h"
 #include "memdecay_abi.h"
+#include "memdecay_clock.h"
 
 enum { EXIT_OK = 0, EXIT_ERR = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
@@ -45,9 +46,7 @@ static void usage(FILE *f)
 
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(md_now_ns() / 1000000u);
 }
 
 /* The request line: ARGS joined by single blanks, " --json" when asked, '\n'.

@@ -22,6 +22,7 @@
 #include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
+#include "memdecay_clock.h"
 
 static const char *detach_names[] = { "eof", "heartbeat", "violations", "shutdown", "error" };
 
@@ -149,7 +150,7 @@ static void refuse(struct md__daemon *d, struct md__conn *c, const char *msg)
 	int n = snprintf(line, sizeof(line), "ERR %s\n", msg);
 	d->attach_refused++;
 	uint64_t held;
-	if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+	if (md__ratelimit_ok(&d->refuse_rl, md_now_ns(), &held))
 		md__warn("attach refused (pid %d uid %u): %s (%llu refusal lines suppressed before this one)",
 			 (int)c->pid, (unsigned)c->uid, msg, (unsigned long long)held);
 	md__conn_send(d, c, line, (size_t)n);
@@ -299,7 +300,7 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	e->dctrl = (struct md_daemon_ctrl *)((char *)dm + doff.ctrl);
 	e->params = (struct md_param_block *)((char *)dm + doff.params);
 	e->dctrl->instance_id = d->instance_id;
-	e->dctrl->heartbeat_ns = md__now_ns();
+	e->dctrl->heartbeat_ns = md_now_ns();
 
 	step = "policy host";
 	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
@@ -336,7 +337,7 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 		rc = -EINVAL;
 		goto fail_host;
 	}
-	e->attach_ns = md__now_ns();
+	e->attach_ns = md_now_ns();
 	e->last_resync_request = 0;
 
 	step = "doorbell watch";

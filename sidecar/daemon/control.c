@@ -15,6 +15,7 @@
 #include "ctl_parse.h"
 #include "daemon.h"
 #include "log.h"
+#include "memdecay_clock.h"
 
 /* The connection whose request runs now (one thread), NULL for in-process
  * callers (tests, fuzzers), which count as operators.  A peer that is not an
@@ -324,7 +325,7 @@ static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__s
 {
 	struct md__peer *list[ENGINES_MAX];
 	size_t n = engines_in_order(d, list, ENGINES_MAX);
-	uint64_t now = md__now_ns();
+	uint64_t now = md_now_ns();
 	if (r->json)
 		md__sbuf_printf(b, "{\"engines\":[");
 	else
@@ -476,7 +477,7 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 		return -ENOENT;
 	struct md__peer *list[ENGINES_MAX];
 	size_t n = engines_in_order(d, list, ENGINES_MAX);
-	double up = (double)(md__now_ns() - d->start_ns) / 1e9;
+	double up = (double)(md_now_ns() - d->start_ns) / 1e9;
 	if (r->json) {
 		md__sbuf_printf(b, "{\"daemon\":{\"instance\":%llu,\"backend\":\"%s\",\"uptime_s\":%.3f,"
 				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
@@ -609,7 +610,7 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 		md__host_engine_stats(d->host, list[i]->id, &st[i]);
 
 	prom_head(b, "memdecay_up_seconds", "gauge", "Seconds since memdecayd started.");
-	md__sbuf_printf(b, "memdecay_up_seconds %.3f\n", (double)(md__now_ns() - d->start_ns) / 1e9);
+	md__sbuf_printf(b, "memdecay_up_seconds %.3f\n", (double)(md_now_ns() - d->start_ns) / 1e9);
 	prom_head(b, "memdecay_engines_attached", "gauge", "Engines attached now.");
 	md__sbuf_printf(b, "memdecay_engines_attached %u\n", d->n_engines);
 	prom_head(b, "memdecay_attaches_total", "counter", "Engines attached since start.");
@@ -947,7 +948,7 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 			snprintf(err, sizeof(err), "%s", strerror(-rc));
 		frame_err(reply, err);
 		uint64_t held;
-		if (rc == -EPERM && md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+		if (rc == -EPERM && md__ratelimit_ok(&d->refuse_rl, md_now_ns(), &held))
 			md__info("control request from pid %d uid %u refused: %s (%llu refusal lines "
 				 "suppressed before this one)", c ? (int)c->pid : -1,
 				 c ? (unsigned)c->uid : 0, err, (unsigned long long)held);

@@ -18,6 +18,7 @@
 #include "cuda_transport.h"
 #include "daemon.h"
 #include "log.h"
+#include "memdecay_clock.h"
 
 static void ring_bell(struct md__peer *e)
 {
@@ -72,7 +73,7 @@ static int pending_push(struct md__peer *e, const struct md__decision *dec, uint
 static size_t flush_commands(struct md__peer *e)
 {
 	size_t sent = 0;
-	uint64_t now = e->pending_len ? md__now_ns() : 0;
+	uint64_t now = e->pending_len ? md_now_ns() : 0;
 	while (e->pending_len) {
 		struct md_cmd *cmd = md_ring_reserve(&e->cmds);
 		if (!cmd) {
@@ -179,7 +180,7 @@ static int order_cmp(const void *a, const void *b)
 
 static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 {
-	uint64_t t_start = md__now_ns();
+	uint64_t t_start = md_now_ns();
 	e->last_resync_request = request;
 	e->resyncs++;
 	if (d->calib)
@@ -240,7 +241,7 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 	/* Rate limit: the next resync waits MD__RESYNC_GAP_FACTOR times this
 	 * one's duration (at most MD__RESYNC_GAP_MAX_NS), so an engine asking
 	 * for one every iteration gets at most ~1/(1+factor) of the daemon. */
-	uint64_t t_end = md__now_ns(), took = t_end - t_start;
+	uint64_t t_end = md_now_ns(), took = t_end - t_start;
 	e->resync_last_ns = took;
 	e->resync_ns_total += took;
 	uint64_t gap = took * MD__RESYNC_GAP_FACTOR;
@@ -303,7 +304,7 @@ static int relabel_continue(struct md__daemon *d, struct md__peer *e, uint64_t t
 			e->records++;
 			return ingest_result(d, e, &e->relabel_rec, rc, 0) < 0 ? -1 : 0;
 		}
-		if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+		if (md_now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
 			e->relabel_pending = 1;
 			return 1;
 		}
@@ -314,7 +315,7 @@ static int relabel_continue(struct md__daemon *d, struct md__peer *e, uint64_t t
  * still being applied), or -1 if detached. */
 static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 {
-	uint64_t t0 = md__now_ns();
+	uint64_t t0 = md_now_ns();
 	if (e->relabel_pending) {
 		/* the engine's later records wait for the rest of this one */
 		int rc = relabel_continue(d, e, t0);
@@ -329,7 +330,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 	if (avail < 0) {
 		e->bad_tail++;
 		uint64_t held;
-		if (md__ratelimit_ok(&e->warn_rl, md__now_ns(), &held))
+		if (md__ratelimit_ok(&e->warn_rl, md_now_ns(), &held))
 			md__warn("engine %u (%s): stats ring tail is invalid (head %llu, capacity %u); "
 				 "%llu such lines suppressed before this one (%llu bad tails in all)",
 				 e->id, e->name, (unsigned long long)e->stats.next, e->stats_capacity,
@@ -377,7 +378,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 				e->ingest_budget_cut++;
 				break;
 			}
-			if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+			if (md_now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
 				i++;
 				if (i < avail)
 					e->ingest_budget_cut++;
@@ -389,7 +390,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
-			if (md__now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
+			if (md_now_ns() - t0 >= MD__INGEST_BUDGET_NS) {
 				i++;
 				if (i < avail)
 					e->ingest_budget_cut++;
@@ -459,11 +460,11 @@ static void decide(struct md__daemon *d)
 	struct md__decision out[MD__DECIDE_BATCH];
 	size_t n;
 	do {
-		uint64_t t0 = md__now_ns();
+		uint64_t t0 = md_now_ns();
 		n = md__host_decide(d->host, out, MD__DECIDE_BATCH);
 		uint64_t decided = t0;
 		if (n) {
-			decided = md__now_ns();
+			decided = md_now_ns();
 			md_lathist_record(&d->decide_lat, decided - t0);
 		}
 		struct md__peer *e = NULL;
@@ -487,7 +488,7 @@ int md__engines_service(struct md__daemon *d)
 		next = e->next;
 		uint64_t req = md_load_acquire(&e->ectrl->resync_request);
 		if (req != e->last_resync_request) {
-			if (md__now_ns() < e->resync_not_before_ns) {
+			if (md_now_ns() < e->resync_not_before_ns) {
 				/* rate-limited: what the ring holds is older than the
 				 * table the resync will read, so it waits too */
 				e->resyncs_deferred++;
@@ -512,7 +513,7 @@ int md__engines_service(struct md__daemon *d)
 	 * MD__DECIDE_COALESCE_NS (each pass scans every sequence of every
 	 * engine); once the rings are drained, run it at once. */
 	if (d->dirty) {
-		uint64_t now = md__now_ns();
+		uint64_t now = md_now_ns();
 		if (!work || now - d->last_decide_ns >= MD__DECIDE_COALESCE_NS) {
 			d->dirty = 0;
 			d->last_decide_ns = now;
@@ -530,7 +531,7 @@ int md__engines_any_work(struct md__daemon *d)
 {
 	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request) {
-			if (md__now_ns() < e->resync_not_before_ns)
+			if (md_now_ns() < e->resync_not_before_ns)
 				continue; /* deferred: the tick retries it */
 			return 1;
 		}

@@ -8,13 +8,7 @@
 #include <time.h>
 
 #include "loop_backend.h"
-
-uint64_t md__now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "memdecay_clock.h"
 
 static int loop_try(struct md__loop *l, enum md__loop_backend b)
 {
@@ -121,7 +115,7 @@ int md__loop_set_timer(struct md__loop *l, uint32_t interval_ms, md__timer_fn *f
 	l->timer_fn = interval_ms ? fn : NULL;
 	l->timer_ud = ud;
 	l->timer_interval_ns = (uint64_t)interval_ms * 1000000ull;
-	l->timer_deadline_ns = md__now_ns() + l->timer_interval_ns;
+	l->timer_deadline_ns = md_now_ns() + l->timer_interval_ns;
 	return 0;
 }
 
@@ -165,7 +159,7 @@ static int run_timer_if_due(struct md__loop *l)
 {
 	if (!l->timer_fn)
 		return 0;
-	uint64_t now = md__now_ns();
+	uint64_t now = md_now_ns();
 	if (now < l->timer_deadline_ns)
 		return 0;
 	l->timer_deadline_ns += l->timer_interval_ns;
@@ -186,7 +180,7 @@ int md__loop_poll(struct md__loop *l, int block)
 {
 	int64_t timeout_ns = -1;
 	if (l->timer_fn) {
-		uint64_t now = md__now_ns();
+		uint64_t now = md_now_ns();
 		timeout_ns = now >= l->timer_deadline_ns ? 0 : (int64_t)(l->timer_deadline_ns - now);
 	}
 	if (!block)

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "memdecay_clock.h"
 
 struct md__loop;
 struct md__watch;
@@ -60,7 +61,5 @@ int md__loop_set_timer(struct md__loop *l, uint32_t interval_ms, md__timer_fn *f
  * until at least one completion or the timer fires.  Returns the number of
  * callbacks run, or -errno. */
 int md__loop_poll(struct md__loop *l, int block);
-
-uint64_t md__now_ns(void); /* CLOCK_MONOTONIC */
 
 #endif

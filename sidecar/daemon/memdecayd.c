@@ -18,6 +18,7 @@
 #include "metrics_http.h"
 #include "notify.h"
 #include "server.h"
+#include "memdecay_clock.h"
 
 #define MEMDECAYD_VERSION "0.1.0"
 
@@ -222,9 +223,9 @@ static int setup_state(struct md__daemon *d, const struct cmdline *cl)
 	}
 	while (!d->instance_id) {
 		if (getrandom(&d->instance_id, sizeof(d->instance_id), 0) != sizeof(d->instance_id))
-			d->instance_id = md__now_ns() ^ ((uint64_t)getpid() << 32);
+			d->instance_id = md_now_ns() ^ ((uint64_t)getpid() << 32);
 	}
-	d->start_ns = md__now_ns();
+	d->start_ns = md_now_ns();
 	md__calib_names names;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++)
 		snprintf(names[r], sizeof(names[r]), "%s", params.region_name[r]);

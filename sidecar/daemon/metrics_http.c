@@ -35,6 +35,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "memdecay_clock.h"
 
 #define MD__METRICS_CONN_MAX 16u
 #define MD__METRICS_CONN_TIMEOUT_S 10u
@@ -92,13 +93,6 @@ void md__metrics_render(struct md__daemon *d, struct md__sbuf *b)
 		       &d->cmd_lat);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Loop thread: somebody asked for a snapshot. */
 static void wake_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf, void *ud)
 {
@@ -120,7 +114,7 @@ static void wake_cb(struct md__loop *l, struct md__watch *w, int res, const void
 		old = m->snap;
 		m->snap = b.p;
 		m->snap_len = b.len;
-		m->snap_ns = now_ns();
+		m->snap_ns = md_now_ns();
 		b.p = NULL;
 	}
 	m->have = asked;
@@ -175,7 +169,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		return respond_plain(conn, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
 
 	pthread_mutex_lock(&m->mu);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = md_now_ns();
 	if (!m->snap || t0 - m->snap_ns >= MD__METRICS_FRESH_NS) {
 		uint64_t want = ++m->asked;
 		uint64_t one = 1;

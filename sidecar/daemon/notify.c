@@ -23,6 +23,7 @@
 #include <sys/un.h>
 
 #include "notify.h"
+#include "memdecay_clock.h"
 
 #define MD__LISTEN_FDS_START 3
 
@@ -112,11 +113,9 @@ int md__notify_send(const char *state)
 
 void md__notify_reload_begin(void)
 {
-	struct timespec ts;
 	char msg[96];
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
-		 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull);
+		 (unsigned long long)(md_now_ns() / 1000u));
 	md__notify_send(msg);
 }
 

@@ -34,6 +34,7 @@
 #include "log.h"
 #include "notify.h"
 #include "server.h"
+#include "memdecay_clock.h"
 
 static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
 			 void *ud);
@@ -101,7 +102,7 @@ static int conn_flush(struct md__daemon *d, struct md__conn *c)
 			return -1;
 		}
 		if (n > 0)
-			c->out_progress_ns = md__now_ns();
+			c->out_progress_ns = md_now_ns();
 		c->out_off += (size_t)n;
 	}
 	c->out_len = c->out_off = 0;
@@ -125,7 +126,7 @@ void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, si
 	(void)d;
 	if (!conn_queued(c)) {
 		c->out_len = c->out_off = 0;
-		c->out_progress_ns = md__now_ns();
+		c->out_progress_ns = md_now_ns();
 	}
 	if (c->out_len + len > c->out_cap && c->out_off) {
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
@@ -166,7 +167,7 @@ static int conn_line(struct md__daemon *d, struct md__conn *c, char *line)
 		md__conn_send(d, c, reply.p, reply.len);
 	}
 	md__sbuf_free(&reply);
-	c->opened_ns = md__now_ns();
+	c->opened_ns = md_now_ns();
 	return conn_flush(d, c);
 }
 
@@ -322,7 +323,7 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		(void)ignored;
 		close(fd);
 		uint64_t held;
-		if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+		if (md__ratelimit_ok(&d->refuse_rl, md_now_ns(), &held))
 			md__warn("connection from pid %d uid %u gid %u refused: not our user or group"
 				 " (%llu refusal lines suppressed before this one)",
 				 (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid,
@@ -371,7 +372,7 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		(void)ignored;
 		close(fd);
 		uint64_t held;
-		if (md__ratelimit_ok(&d->refuse_rl, md__now_ns(), &held))
+		if (md__ratelimit_ok(&d->refuse_rl, md_now_ns(), &held))
 			md__warn("connection from pid %d refused: %d connections open"
 				 " (%llu refusal lines suppressed before this one)",
 				 (int)cred.pid, n_ops, (unsigned long long)held);
@@ -389,7 +390,7 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 	c->gid = cred.gid;
 	c->admin = cred.uid == geteuid() ||
 		   (d->have_op_group && md__uid_in_group(cred.uid, cred.gid, d->op_group));
-	c->opened_ns = md__now_ns();
+	c->opened_ns = md_now_ns();
 	c->w = md__loop_watch(d->loop, fd, MD__WATCH_RECV, 4096, conn_recv_cb, c);
 	if (!c->w) {
 		close(fd);
@@ -447,7 +448,7 @@ static void signal_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 static void tick_cb(struct md__loop *l, void *ud)
 {
 	struct md__daemon *d = ud;
-	uint64_t now = md__now_ns();
+	uint64_t now = md_now_ns();
 	md__notify_watchdog(now); /* from the loop: a wedged loop starves the watchdog */
 	md__engines_tick(d, now);
 	struct md__conn *c = d->conns, *next;

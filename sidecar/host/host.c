@@ -14,6 +14,7 @@
 #include <time.h>
 #include "host_internal.h"
 #include "oracle.h"
+#include "memdecay_clock.h"
 
 static const char *const reject_names[MD__REJ_COUNT] = {
 	"ok", "type", "slot", "generation", "sequence", "state", "tokens",
@@ -408,23 +409,16 @@ size_t md__host_ingest_batch(struct md__host *h, uint32_t engine_id,
 	return ok;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 size_t md__host_decide(struct md__host *h, struct md__decision *out, size_t cap)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < h->n_engines && n < cap; i++) {
 		struct md__engine *e = h->engines[i];
-		uint64_t t0 = now_ns();
+		uint64_t t0 = md_now_ns();
 		size_t got = md__index_decide_engine(h, e, out + n, cap - n);
 		if (got) {
 			e->decisions++;
-			e->decision_ns_total += now_ns() - t0;
+			e->decision_ns_total += md_now_ns() - t0;
 		}
 		n += got;
 	}

@@ -22,16 +22,10 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "memdecay_clock.h"
 
 #define MD__REPLY_TIMEOUT_MS 5000
 #define MD__SEGMENT_MAX (UINT64_C(1) << 40)
-
-uint64_t md__now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void md__set_error(struct md_client *c, const char *fmt, ...)
 {
@@ -111,10 +105,10 @@ static int send_all(int fd, const char *buf, size_t len)
 static int recv_reply(struct md_client *c, int sock, char *line, size_t cap, int *fds, int *nfds)
 {
 	size_t len = 0;
-	uint64_t deadline = md__now_ns() + (uint64_t)MD__REPLY_TIMEOUT_MS * 1000000u;
+	uint64_t deadline = md_now_ns() + (uint64_t)MD__REPLY_TIMEOUT_MS * 1000000u;
 	*nfds = 0;
 	while (len + 1 < cap) {
-		uint64_t now = md__now_ns();
+		uint64_t now = md_now_ns();
 		if (now >= deadline) {
 			md__set_error(c, "no reply to HELLO within %d ms", MD__REPLY_TIMEOUT_MS);
 			return -ETIMEDOUT;

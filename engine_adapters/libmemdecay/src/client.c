@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "memdecay_clock.h"
 
 #define MD__SOCK_CHECK_NS (100u * 1000000u)
 #define MD__EXPORT __attribute__((visibility("default")))
@@ -225,7 +226,7 @@ static void seed_segment(struct md_client *c)
 			any = 1;
 		}
 	}
-	uint64_t now = md__now_ns();
+	uint64_t now = md_now_ns();
 	md_store_relaxed(&c->a.ectrl->heartbeat_ns, now);
 	if (any)
 		md__request_resync(c);
@@ -238,7 +239,7 @@ static int do_attach(struct md_client *c)
 	if (rc)
 		return rc;
 	c->attached = 1;
-	c->attach_ns = md__now_ns();
+	c->attach_ns = md_now_ns();
 	c->last_sock_check_ns = c->attach_ns;
 	c->rang = 0;
 	memset(c->pending, 0, c->page_capacity);
@@ -427,7 +428,7 @@ MD__EXPORT int md_client_check(md_client *c, uint32_t timeout_ms)
 {
 	if (!c->attached)
 		return 0;
-	uint64_t now = md__now_ns();
+	uint64_t now = md_now_ns();
 	const struct md_daemon_ctrl *dc = c->a.dctrl;
 	if (md_load_acquire(&dc->shutting_down)) {
 		lost(c, "daemon is shutting down");
@@ -870,7 +871,7 @@ MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)
 {
 	if (!c->attached)
 		return MD_EDETACHED;
-	heartbeat(c, md__now_ns());
+	heartbeat(c, md_now_ns());
 	struct md_ring_cons *cr = &c->a.cmds;
 	size_t n = 0;
 	int tail_checked = 0;
@@ -940,7 +941,7 @@ MD__EXPORT int md_wait_commands(md_client *c, int timeout_ms)
 		avail = md_ring_check_tail(&c->a.cmds);
 	}
 	md_store_relaxed(&ec->sleeping, 0);
-	heartbeat(c, md__now_ns());
+	heartbeat(c, md_now_ns());
 	if (avail < 0)
 		return MD_EPROTO;
 	return avail > INT32_MAX ? INT32_MAX : (int)avail;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include "memdecay.h"
 #include "memdecay_ring.h"
+#include "memdecay_clock.h"
 
 #define MD__ERRMSG_MAX 256
 #define MD__NO_SLOT UINT32_MAX
@@ -92,7 +93,6 @@ int md__attach(struct md_client *c, struct md__attach *out);
 void md__attach_close(struct md__attach *a);
 void md__set_error(struct md_client *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-uint64_t md__now_ns(void);
 int md__resolve_socket_path(const char *cfg_path, char *buf, size_t len);
 
 #endif
