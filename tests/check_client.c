@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -143,6 +144,13 @@ static void *fake_serve(void *arg)
 	f->params->budget_engine_pages = 10;
 	f->params->policy = MD_POLICY_MEMDECAY_NORM;
 	f->params->norm_mode = MD_NORM_RELATIVE;
+	f->params->alpha = 1.5;
+	f->params->beta = 0.75;
+	f->params->low_watermark = 0.5;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
+		f->params->base[r] = 0.5 + r / 64.0;
+		f->params->lambda[r] = r / 128.0;
+	}
 	f->params->seq = 4;
 	md_store_release(&f->dctrl->heartbeat_ns, 1);
 	md_store_release(&eh->magic, f->mode == FK_BAD_MAGIC ? 0x1234 : MD_ABI_MAGIC);
@@ -324,6 +332,41 @@ START_TEST(test_attach_and_records)
 	ck_assert(pv.tau == 0.25);
 	ck_assert_uint_eq(pv.policy, MD_POLICY_MEMDECAY_NORM);
 	ck_assert_uint_eq(pv.budget_engine_pages, 10);
+	ck_assert(pv.alpha == 1.5 && pv.beta == 0.75 && pv.low_watermark == 0.5);
+	for (unsigned k = 0; k < MD_REGIONS_MAX; k++) {
+		ck_assert(pv.base[k] == 0.5 + k / 64.0);
+		ck_assert(pv.lambda[k] == k / 128.0);
+	}
+	/* A block with one value out of range is refused whole; the last good
+	 * copy stays, and the refusal is counted. */
+	const double bad_lambda[] = { -1.0, NAN, INFINITY };
+	uint64_t proto0 = md_client_proto_errors(c);
+	for (unsigned i = 0; i < 3; i++) {
+		md_seqlock_write_begin(&f.params->seq);
+		f.params->lambda[MD_REGION_TOOL_OUT] = bad_lambda[i];
+		f.params->tau = 0.5;
+		md_seqlock_write_end(&f.params->seq);
+		struct md_params_view bad;
+		ck_assert_int_eq(md_client_params(c, &bad), MD_EPROTO);
+		ck_assert(bad.tau == 0.25);
+		ck_assert(bad.lambda[MD_REGION_TOOL_OUT] == MD_REGION_TOOL_OUT / 128.0);
+	}
+	const double bad_beta[] = { 1.0, -0.1, NAN };
+	for (unsigned i = 0; i < 3; i++) {
+		md_seqlock_write_begin(&f.params->seq);
+		f.params->lambda[MD_REGION_TOOL_OUT] = 0.25;
+		f.params->beta = bad_beta[i];
+		md_seqlock_write_end(&f.params->seq);
+		struct md_params_view bad;
+		ck_assert_int_eq(md_client_params(c, &bad), MD_EPROTO);
+		ck_assert(bad.beta == 0.75);
+	}
+	ck_assert_uint_eq(md_client_proto_errors(c), proto0 + 6);
+	md_seqlock_write_begin(&f.params->seq);
+	f.params->beta = 0.75;
+	md_seqlock_write_end(&f.params->seq);
+	ck_assert_int_eq(md_client_params(c, &pv), 0);
+	ck_assert(pv.tau == 0.5 && pv.lambda[MD_REGION_TOOL_OUT] == 0.25);
 
 	ck_assert_int_eq(md_page_free(c, slot, MD_FREE_FINISHED), 0);
 	ck_assert(fake_next(&f, &r));

@@ -34,7 +34,10 @@ int main(void)
 	S(md_params_view, (F(md_params_view, policy), F(md_params_view, norm_mode),
 			   F(md_params_view, tau), F(md_params_view, budget_sequence_tokens),
 			   F(md_params_view, budget_engine_pages), F(md_params_view, protect_recent),
-			   F(md_params_view, pinned_mask), F(md_params_view, seqlock)));
+			   F(md_params_view, pinned_mask), F(md_params_view, seqlock),
+			   F(md_params_view, alpha), F(md_params_view, beta),
+			   F(md_params_view, low_watermark), F(md_params_view, base),
+			   F(md_params_view, lambda)));
 	S(md_evict, (F(md_evict, seq), F(md_evict, slot), F(md_evict, gen), F(md_evict, reason),
 		     F(md_evict, decided_ns)));
 	S(md_client_counters, (F(md_client_counters, attn_dropped),

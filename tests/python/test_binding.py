@@ -173,6 +173,26 @@ class WithDaemon(unittest.TestCase):
         self.assertGreaterEqual(c.counters()["cmds_applied"], len(evicted))
         c.close()
 
+    def test_params_carry_the_whole_block(self):
+        """Every field the daemon publishes reaches the engine, and a live set changes it."""
+        c = self.client(engine_name="py-params")
+        p = wait_for(lambda: [v for v in [c.params()] if v["seqlock"]], what="a parameter read")[0]
+        got = self.d.json("get")
+        self.assertAlmostEqual(p["alpha"], float(got["memdecay.alpha"]))
+        self.assertAlmostEqual(p["beta"], float(got["memdecay.beta"]))
+        self.assertAlmostEqual(p["low_watermark"], float(got["budget.low_watermark"]))
+        tool_out = memdecay.Region.TOOL_OUT
+        self.assertAlmostEqual(p["lambda"][tool_out],
+                               float(got["memdecay.region.tool_out.lambda"]))
+        self.assertAlmostEqual(p["base"][tool_out], float(got["memdecay.region.tool_out.base"]))
+        self.d.ctl("set", "memdecay.region.tool_out.lambda=0.125")
+        self.d.ctl("set", "memdecay.alpha=2.5")
+        p2 = wait_for(lambda: [v for v in [c.params()] if v["alpha"] == 2.5
+                               and v["lambda"][tool_out] == 0.125], what="the new parameters")[0]
+        self.assertNotEqual(p2["seqlock"], p["seqlock"])
+        self.assertEqual(p2["base"], p["base"])
+        c.close()
+
     def test_bad_input_raises(self):
         c = self.client(page_capacity=8)
         b = c.batch()

@@ -70,16 +70,29 @@ const char *md_client_last_error(const md_client *c);
 uint32_t md_client_engine_id(const md_client *c);
 uint64_t md_client_instance_id(const md_client *c);
 
-/* Parameters engines need, read from the seqlocked block. */
+/* Every field of the parameter block the daemon publishes for this engine
+ * (struct md_param_block, docs/abi.md §2), copied under its seqlock in one
+ * read.  A block with a value outside the ranges below (NaN included) or an
+ * unknown policy or norm mode is refused whole: MD_EPROTO, counted in
+ * md_client_proto_errors, and *out gets the last good copy.  Before the first
+ * good read seqlock is 0, the first fields hold the library's fail-open
+ * defaults (memdecay, raw, tau 0.01, system pinned, protect_recent 1) and the
+ * scoring fields from alpha on are 0: the daemon's values are not known yet.
+ * Grew in SOVERSION 1 (alpha .. lambda). */
 struct md_params_view {
-	uint32_t policy;
-	uint32_t norm_mode;
-	double tau;
-	uint64_t budget_sequence_tokens;
-	uint64_t budget_engine_pages;
-	uint32_t protect_recent;
-	uint32_t pinned_mask;
-	uint64_t seqlock;   /* changes whenever parameters change */
+	uint32_t policy;                 /* enum md_policy_id */
+	uint32_t norm_mode;              /* enum md_norm_mode */
+	double tau;                      /* refresh threshold: finite, >= 0 */
+	uint64_t budget_sequence_tokens; /* 0: none */
+	uint64_t budget_engine_pages;    /* 0: none; includes a global budget's share */
+	uint32_t protect_recent;         /* newest full pages protected */
+	uint32_t pinned_mask;            /* bit r: region r pinned (bits 0..15) */
+	uint64_t seqlock;                /* changes whenever parameters change; 0: never read */
+	double alpha;                    /* weight of attention in the score: finite, >= 0 */
+	double beta;                     /* attention EWMA factor: [0, 1) */
+	double low_watermark;            /* budgets evict down to this fraction: (0, 1] */
+	double base[MD_REGIONS_MAX];     /* region r's base retention: finite, >= 0 */
+	double lambda[MD_REGIONS_MAX];   /* region r's decay per token: finite, >= 0 */
 };
 int md_client_params(md_client *c, struct md_params_view *out);
 

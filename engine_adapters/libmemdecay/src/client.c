@@ -455,6 +455,25 @@ MD__EXPORT int md_client_check(md_client *c, uint32_t timeout_ms)
 	return 1;
 }
 
+static int finite_nonneg(double x)
+{
+	return isfinite(x) && x >= 0;
+}
+
+/* The ranges of memdecay.h's struct md_params_view (the daemon's own key
+ * ranges, docs/operations.md); a NaN fails every comparison. */
+static int param_block_ok(const struct md_param_block *pb)
+{
+	if (!finite_nonneg(pb->tau) || !finite_nonneg(pb->alpha) || !(pb->beta >= 0 && pb->beta < 1) ||
+	    !(pb->low_watermark > 0 && pb->low_watermark <= 1) || pb->policy >= MD_POLICY_COUNT ||
+	    pb->norm_mode > MD_NORM_RELATIVE)
+		return 0;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++)
+		if (!finite_nonneg(pb->base[r]) || !finite_nonneg(pb->lambda[r]))
+			return 0;
+	return 1;
+}
+
 MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 {
 	if (!c->attached) {
@@ -467,8 +486,7 @@ MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 		*out = c->params_cache;
 		return -EAGAIN;
 	}
-	if (!isfinite(pb.tau) || pb.tau < 0 || pb.policy >= MD_POLICY_COUNT ||
-	    pb.norm_mode > MD_NORM_RELATIVE) {
+	if (!param_block_ok(&pb)) {
 		c->proto_errors++;
 		*out = c->params_cache;
 		return MD_EPROTO;
@@ -482,7 +500,12 @@ MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 		.protect_recent = pb.protect_recent,
 		.pinned_mask = pb.pinned_mask & 0xffffu,
 		.seqlock = s,
+		.alpha = pb.alpha,
+		.beta = pb.beta,
+		.low_watermark = pb.low_watermark,
 	};
+	memcpy(v.base, pb.base, sizeof(v.base));
+	memcpy(v.lambda, pb.lambda, sizeof(v.lambda));
 	c->params_cache = v;
 	*out = v;
 	return 0;

@@ -183,7 +183,10 @@ class Client:
     def params(self):
         v = _ParamsView()
         self._check(self._lib.md_client_params(self._c, ctypes.byref(v)), "read parameters")
-        return {k: getattr(v, k) for k, _ in _ParamsView._fields_}
+        out = {k: getattr(v, k) for k, _ in _ParamsView._fields_}
+        for k in ("base", "lambda"):
+            out[k] = list(out[k])   # per region id
+        return out
 
     def page_info(self, slot):
         e = _PageEntry()

@@ -12,6 +12,7 @@ FINISHED = 0
 EVICTED = 1
 
 _u32, _u64, _i64, _u16 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint16
+REGIONS_MAX = 16   # MD_REGIONS_MAX (memdecay_abi.h); the layout test checks the sizes
 _p = ctypes.c_void_p
 
 
@@ -26,7 +27,10 @@ class _Config(ctypes.Structure):
 class _ParamsView(ctypes.Structure):
     _fields_ = [("policy", _u32), ("norm_mode", _u32), ("tau", ctypes.c_double),
                 ("budget_sequence_tokens", _u64), ("budget_engine_pages", _u64),
-                ("protect_recent", _u32), ("pinned_mask", _u32), ("seqlock", _u64)]
+                ("protect_recent", _u32), ("pinned_mask", _u32), ("seqlock", _u64),
+                ("alpha", ctypes.c_double), ("beta", ctypes.c_double),
+                ("low_watermark", ctypes.c_double), ("base", ctypes.c_double * REGIONS_MAX),
+                ("lambda", ctypes.c_double * REGIONS_MAX)]
 
 
 class _Evict(ctypes.Structure):
@@ -95,7 +99,7 @@ def load_library(path=None):
     (ldconfig: the .deb installs it).  The error names what was tried."""
     path = path or os.environ.get("MEMDECAY_LIBRARY")
     tried = []
-    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.0"]
+    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.1"]
     for cand in candidates:
         if not cand:
             continue
