@@ -157,212 +157,190 @@ static void refuse(struct md__daemon *d, struct md__conn *c, const char *msg)
 	c->close_after_reply = 1;
 }
 
-int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
+/* HELLO → the engine's options, or a refusal reason in err (and an errno). */
+static int hello_opts(struct md__daemon *d, const struct md__conn *c, const char *hello_line,
+		      struct md__hello *hello, struct md__engine_opts *opts, char *err,
+		      size_t errlen)
 {
-	char err[256];
-	struct md__hello hello;
-	if (md__hello_parse(hello_line, &hello, err, sizeof(err)) < 0) {
-		refuse(d, c, err);
+	if (md__hello_parse(hello_line, hello, err, errlen) < 0)
 		return -EINVAL;
-	}
-	struct md__engine_opts opts;
-	md__engine_opts_defaults(&opts);
-	snprintf(opts.name, sizeof(opts.name), "%s", hello.name);
-	if (hello.policy[0]) {
-		opts.policy = md__policy_from_name(hello.policy);
-		if (opts.policy < 0) {
-			snprintf(err, sizeof(err), "HELLO field policy=%s: unknown policy", hello.policy);
-			refuse(d, c, err);
+	md__engine_opts_defaults(opts);
+	snprintf(opts->name, sizeof(opts->name), "%s", hello->name);
+	if (hello->policy[0]) {
+		opts->policy = md__policy_from_name(hello->policy);
+		if (opts->policy < 0) {
+			snprintf(err, errlen, "HELLO field policy=%s: unknown policy", hello->policy);
 			return -EINVAL;
 		}
 	}
-	if (hello.stats_transport == MD__STATS_CUDA &&
-	    md__cuda_transport_admit(err, sizeof(err)) < 0) {
-		refuse(d, c, err);
+	if (hello->stats_transport == MD__STATS_CUDA && md__cuda_transport_admit(err, errlen) < 0)
 		return -ENOTSUP;
-	}
-	opts.budget_engine_pages = hello.budget_pages;
-	opts.budget_sequence_tokens = hello.budget_sequence_tokens;
+	opts->budget_engine_pages = hello->budget_pages;
+	opts->budget_sequence_tokens = hello->budget_sequence_tokens;
 	/* An engine's own word on its share of the global budget is believed
 	 * only up to budget.max_engine_weight unless it runs as the daemon's uid
 	 * (memdecayctl weight sets any value): docs/reliability.md, "Peers". */
-	opts.weight = hello.weight;
-	if (c->uid != geteuid() && opts.weight > md__daemon_params(d)->max_engine_weight)
-		opts.weight = md__daemon_params(d)->max_engine_weight;
+	opts->weight = hello->weight;
+	if (c->uid != geteuid() && opts->weight > md__daemon_params(d)->max_engine_weight)
+		opts->weight = md__daemon_params(d)->max_engine_weight;
+	return 0;
+}
 
-	/* What one peer may hold: engines in all, engines and segment bytes per uid. */
+/* What one peer may hold: engines in all, engines per uid.  Returns 0 with the
+ * segment bytes the uid holds already, or -EUSERS with the reason in err. */
+static int peer_limits(const struct md__daemon *d, const struct md__conn *c, uint64_t *uid_bytes,
+		       char *err, size_t errlen)
+{
 	uint32_t uid_engines = 0;
-	uint64_t uid_bytes = 0;
-	for (struct md__peer *k = d->engines; k; k = k->next)
+	*uid_bytes = 0;
+	for (const struct md__peer *k = d->engines; k; k = k->next)
 		if (k->uid == c->uid) {
 			uid_engines++;
-			uid_bytes += k->eseg_size + k->dseg_size;
+			*uid_bytes += k->eseg_size + k->dseg_size;
 		}
 	if (d->n_engines >= md__daemon_params(d)->max_engines) {
-		snprintf(err, sizeof(err), "too many engines attached (%u, daemon.max_engines)",
+		snprintf(err, errlen, "too many engines attached (%u, daemon.max_engines)",
 			 d->n_engines);
-		refuse(d, c, err);
 		return -EUSERS;
 	}
 	if (uid_engines >= md__daemon_params(d)->max_engines_per_uid) {
-		snprintf(err, sizeof(err), "uid %u has %u engines attached (daemon.max_engines_per_uid)",
+		snprintf(err, errlen, "uid %u has %u engines attached (daemon.max_engines_per_uid)",
 			 (unsigned)c->uid, uid_engines);
-		refuse(d, c, err);
 		return -EUSERS;
 	}
+	return 0;
+}
 
+/* A new peer with the geometry HELLO asked for: ring capacities by the
+ * daemon's rule, segment sizes and offsets.  NULL when out of memory. */
+static struct md__peer *peer_new(struct md__daemon *d, const struct md__conn *c,
+				 const struct md__hello *hello, struct md_engine_offsets *eoff,
+				 struct md_daemon_offsets *doff)
+{
 	struct md__peer *e = calloc(1, sizeof(*e));
-	if (!e) {
-		refuse(d, c, "out of memory");
-		return -ENOMEM;
-	}
+	if (!e)
+		return NULL;
 	e->d = d;
 	e->eseg_fd = e->dseg_fd = e->bell_to_daemon_fd = e->bell_to_engine_fd = -1;
 	e->id = ++d->next_engine_id;
-	snprintf(e->name, sizeof(e->name), "%s", hello.name);
+	snprintf(e->name, sizeof(e->name), "%s", hello->name);
 	e->pid = c->pid;
 	e->uid = c->uid;
-	e->page_tokens = hello.page_tokens;
-	e->page_capacity = hello.page_capacity;
-	e->max_seqs = hello.max_seqs;
-	e->tp_rank = hello.tp_rank;
-	e->tp_size = hello.tp_size;
+	e->page_tokens = hello->page_tokens;
+	e->page_capacity = hello->page_capacity;
+	e->max_seqs = hello->max_seqs;
+	e->tp_rank = hello->tp_rank;
+	e->tp_size = hello->tp_size;
 	uint64_t want_stats = 4ull * e->page_capacity;
 	e->stats_capacity = pow2_at_least(want_stats > 4096 ? want_stats : 4096, MD_RING_CAPACITY_MAX);
 	e->cmd_capacity = pow2_at_least(e->page_capacity > 1024 ? e->page_capacity : 1024,
 					MD_RING_CAPACITY_MAX);
-
-	struct md_engine_offsets eoff;
-	struct md_daemon_offsets doff;
-	e->stats_transport = hello.stats_transport;
+	e->stats_transport = hello->stats_transport;
 	e->eseg_size = md_engine_layout_ex(e->page_capacity, e->max_seqs, e->stats_capacity,
 					   e->stats_transport == MD__STATS_CUDA
 						   ? MD_ENGINE_LAYOUT_CUDA_EXPORT : 0,
-					   &eoff);
-	e->cuda_export_off = eoff.cuda_ring_export;
-	e->dseg_size = md_daemon_layout(e->cmd_capacity, &doff);
-	if (uid_bytes + e->eseg_size + e->dseg_size > md__daemon_params(d)->max_segment_bytes_per_uid) {
-		snprintf(err, sizeof(err),
-			 "segments of %llu bytes would bring uid %u to %llu bytes "
-			 "(daemon.max_segment_bytes_per_uid %llu)",
-			 (unsigned long long)(e->eseg_size + e->dseg_size), (unsigned)c->uid,
-			 (unsigned long long)(uid_bytes + e->eseg_size + e->dseg_size),
-			 (unsigned long long)md__daemon_params(d)->max_segment_bytes_per_uid);
-		free(e);
-		refuse(d, c, err);
-		return -ENOMEM;
-	}
+					   eoff);
+	e->cuda_export_off = eoff->cuda_ring_export;
+	e->dseg_size = md_daemon_layout(e->cmd_capacity, doff);
+	return e;
+}
 
-	const char *step = "memfd";
+/* The two memfds, mapped; the engine segment's header written and the
+ * mapping made read-only; the daemon segment's header and control words
+ * (its magic comes once the parameters are in).  On failure *step names
+ * what failed. */
+static int map_segments(struct md__daemon *d, struct md__peer *e,
+			const struct md_engine_offsets *eoff, const struct md_daemon_offsets *doff,
+			const char **step)
+{
 	char name[96];
 	int rc;
+	*step = "memfd";
 	snprintf(name, sizeof(name), "memdecay-engine-%u", e->id);
 	if ((rc = make_memfd(name, e->eseg_size)) < 0)
-		goto fail;
+		return rc;
 	e->eseg_fd = rc;
 	snprintf(name, sizeof(name), "memdecay-daemon-%u", e->id);
 	if ((rc = make_memfd(name, e->dseg_size)) < 0)
-		goto fail;
+		return rc;
 	e->dseg_fd = rc;
 
-	step = "mmap";
+	*step = "mmap";
 	void *em = mmap(NULL, e->eseg_size, PROT_READ | PROT_WRITE, MAP_SHARED, e->eseg_fd, 0);
-	if (em == MAP_FAILED) {
-		rc = -errno;
-		goto fail;
-	}
+	if (em == MAP_FAILED)
+		return -errno;
 	e->eseg = em;
 	void *dm = mmap(NULL, e->dseg_size, PROT_READ | PROT_WRITE, MAP_SHARED, e->dseg_fd, 0);
-	if (dm == MAP_FAILED) {
-		rc = -errno;
-		goto fail;
-	}
+	if (dm == MAP_FAILED)
+		return -errno;
 	e->dseg = dm;
 
 	/* Engine segment: header only (the memfd is zero-filled: empty rings, free pages). */
 	struct md_segment_header *eh = em;
 	seg_header(eh, MD_SEGMENT_ENGINE, e->eseg_size, e, d->instance_id);
-	eh->off.engine = eoff;
+	eh->off.engine = *eoff;
 	md_store_release(&eh->magic, MD_ABI_MAGIC);
 	/* The daemon only reads the engine segment from now on. */
-	step = "mprotect";
-	if (mprotect(em, e->eseg_size, PROT_READ) < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	e->ectrl = (const struct md_engine_ctrl *)((const char *)em + eoff.ctrl);
-	e->page_table = (const struct md_page_entry *)((const char *)em + eoff.page_table);
-	e->seq_clock = (const uint64_t *)((const char *)em + eoff.seq_clock);
+	*step = "mprotect";
+	if (mprotect(em, e->eseg_size, PROT_READ) < 0)
+		return -errno;
+	e->ectrl = (const struct md_engine_ctrl *)((const char *)em + eoff->ctrl);
+	e->page_table = (const struct md_page_entry *)((const char *)em + eoff->page_table);
+	e->seq_clock = (const uint64_t *)((const char *)em + eoff->seq_clock);
 
 	struct md_segment_header *dh = dm;
 	seg_header(dh, MD_SEGMENT_DAEMON, e->dseg_size, e, d->instance_id);
-	dh->off.daemon = doff;
-	e->dctrl = (struct md_daemon_ctrl *)((char *)dm + doff.ctrl);
-	e->params = (struct md_param_block *)((char *)dm + doff.params);
+	dh->off.daemon = *doff;
+	e->dctrl = (struct md_daemon_ctrl *)((char *)dm + doff->ctrl);
+	e->params = (struct md_param_block *)((char *)dm + doff->params);
 	e->dctrl->instance_id = d->instance_id;
 	e->dctrl->heartbeat_ns = md_now_ns();
+	return 0;
+}
 
-	step = "policy host";
-	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
-				      e->max_seqs, &opts)) < 0)
-		goto fail;
-	e->params->seq = 0; /* md__engine_publish_params makes it 2 */
-	md__engine_publish_params(d, e);
-	md_store_release(&dh->magic, MD_ABI_MAGIC);
-
-	step = "seal";
+/* After the host knows the engine: seals, doorbells, the private ring views
+ * and the doorbell watch.  On failure *step names what failed; the caller
+ * removes the engine from the host. */
+static int wire_engine(struct md__daemon *d, struct md__peer *e,
+		       const struct md_engine_offsets *eoff, const struct md_daemon_offsets *doff,
+		       const char **step)
+{
+	*step = "seal";
 	if (fcntl(e->eseg_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
 	    fcntl(e->dseg_fd, F_ADD_SEALS,
-		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
-		rc = -errno;
-		goto fail_host;
-	}
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+		return -errno;
 
-	step = "eventfd";
+	*step = "eventfd";
 	e->bell_to_daemon_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	e->bell_to_engine_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (e->bell_to_daemon_fd < 0 || e->bell_to_engine_fd < 0) {
-		rc = -errno;
-		goto fail_host;
-	}
+	if (e->bell_to_daemon_fd < 0 || e->bell_to_engine_fd < 0)
+		return -errno;
 
 	/* Private ring views: capacities and pointers from our own numbers
-	 * (validated above, so neither init can fail). */
-	step = "ring views";
-	if (md_ring_cons_init(&e->stats, (const char *)em + eoff.stats_ring, e->stats_capacity,
-			      sizeof(struct md_stats_rec), &e->ectrl->stats_tail,
-			      &e->dctrl->stats_head, 0) < 0 ||
-	    md_ring_prod_init(&e->cmds, (char *)dm + doff.cmd_ring, e->cmd_capacity,
-			      sizeof(struct md_cmd), &e->dctrl->cmd_tail, &e->ectrl->cmd_head, 0) < 0) {
-		rc = -EINVAL;
-		goto fail_host;
-	}
+	 * (chosen by peer_new, so neither init can fail). */
+	*step = "ring views";
+	if (md_ring_cons_init(&e->stats, (const char *)e->eseg + eoff->stats_ring,
+			      e->stats_capacity, sizeof(struct md_stats_rec),
+			      &e->ectrl->stats_tail, &e->dctrl->stats_head, 0) < 0 ||
+	    md_ring_prod_init(&e->cmds, (char *)e->dseg + doff->cmd_ring, e->cmd_capacity,
+			      sizeof(struct md_cmd), &e->dctrl->cmd_tail, &e->ectrl->cmd_head, 0) < 0)
+		return -EINVAL;
 	e->attach_ns = md_now_ns();
 	e->last_resync_request = 0;
 
-	step = "doorbell watch";
+	*step = "doorbell watch";
 	e->bell_w = md__loop_watch(d->loop, e->bell_to_daemon_fd, MD__WATCH_READ, sizeof(uint64_t),
 				   bell_cb, e);
-	if (!e->bell_w) {
-		rc = -errno;
-		goto fail_host;
-	}
+	if (!e->bell_w)
+		return -errno;
+	return 0;
+}
 
-	char ok[128];
-	snprintf(ok, sizeof(ok), "OK engine_id=%u instance=%llu\n", e->id,
-		 (unsigned long long)d->instance_id);
-	int fds[MD_ATTACH_FDS] = { e->eseg_fd, e->dseg_fd, e->bell_to_daemon_fd,
-				   e->bell_to_engine_fd };
-	step = "sendmsg";
-	if ((rc = send_reply_fds(c->fd, ok, fds)) < 0) {
-		md__loop_unwatch(d->loop, e->bell_w);
-		goto fail_host;
-	}
-	/* The engine holds the segments now; our mappings keep them alive. */
-	close(e->eseg_fd);
-	close(e->dseg_fd);
-	e->eseg_fd = e->dseg_fd = -1;
-
+/* The engine holds its segments: list it, start its calibration, say so. */
+static void peer_register(struct md__daemon *d, struct md__conn *c, struct md__peer *e,
+			  const struct md__hello *hello)
+{
 	e->conn = c;
 	c->engine = e;
 	e->next = d->engines;
@@ -383,7 +361,70 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
 		 e->id, e->name, (int)e->pid, (unsigned)e->uid, e->page_tokens, e->page_capacity,
 		 e->max_seqs, e->stats_capacity, e->cmd_capacity,
-		 hello.policy[0] ? hello.policy : "default");
+		 hello->policy[0] ? hello->policy : "default");
+}
+
+int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
+{
+	char err[256];
+	struct md__hello hello;
+	struct md__engine_opts opts;
+	uint64_t uid_bytes;
+	int rc = hello_opts(d, c, hello_line, &hello, &opts, err, sizeof(err));
+	if (!rc)
+		rc = peer_limits(d, c, &uid_bytes, err, sizeof(err));
+	if (rc) {
+		refuse(d, c, err);
+		return rc;
+	}
+
+	struct md_engine_offsets eoff;
+	struct md_daemon_offsets doff;
+	struct md__peer *e = peer_new(d, c, &hello, &eoff, &doff);
+	if (!e) {
+		refuse(d, c, "out of memory");
+		return -ENOMEM;
+	}
+	if (uid_bytes + e->eseg_size + e->dseg_size > md__daemon_params(d)->max_segment_bytes_per_uid) {
+		snprintf(err, sizeof(err),
+			 "segments of %llu bytes would bring uid %u to %llu bytes "
+			 "(daemon.max_segment_bytes_per_uid %llu)",
+			 (unsigned long long)(e->eseg_size + e->dseg_size), (unsigned)c->uid,
+			 (unsigned long long)(uid_bytes + e->eseg_size + e->dseg_size),
+			 (unsigned long long)md__daemon_params(d)->max_segment_bytes_per_uid);
+		free(e);
+		refuse(d, c, err);
+		return -ENOMEM;
+	}
+
+	const char *step = "memfd";
+	if ((rc = map_segments(d, e, &eoff, &doff, &step)) < 0)
+		goto fail;
+	step = "policy host";
+	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
+				      e->max_seqs, &opts)) < 0)
+		goto fail;
+	e->params->seq = 0; /* md__engine_publish_params makes it 2 */
+	md__engine_publish_params(d, e);
+	md_store_release(&((struct md_segment_header *)e->dseg)->magic, MD_ABI_MAGIC);
+	if ((rc = wire_engine(d, e, &eoff, &doff, &step)) < 0)
+		goto fail_host;
+
+	char ok[128];
+	snprintf(ok, sizeof(ok), "OK engine_id=%u instance=%llu\n", e->id,
+		 (unsigned long long)d->instance_id);
+	int fds[MD_ATTACH_FDS] = { e->eseg_fd, e->dseg_fd, e->bell_to_daemon_fd,
+				   e->bell_to_engine_fd };
+	step = "sendmsg";
+	if ((rc = send_reply_fds(c->fd, ok, fds)) < 0) {
+		md__loop_unwatch(d->loop, e->bell_w);
+		goto fail_host;
+	}
+	/* The engine holds the segments now; our mappings keep them alive. */
+	close(e->eseg_fd);
+	close(e->dseg_fd);
+	e->eseg_fd = e->dseg_fd = -1;
+	peer_register(d, c, e, &hello);
 	return 0;
 
 fail_host:
