@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "memdecay.h"
-#include "lathist.h"   /* sidecar/: command-latency histogram */
+#include "lathist.h"   /* md_common (sidecar/common): command-latency histogram */
 #include "memdecay_clock.h"
 
 #define P 16u
