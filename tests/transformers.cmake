@@ -11,3 +11,13 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
     LABELS "transformers;no_asan" TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
 endif()
+
+# The kvpress comparison's quick mode (bench/kvpress): every row in both modes
+# on one trace, and the report's completeness check.  About 4 minutes.
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
+  add_test(NAME kvpress_quick
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/kvpress_quick.sh)
+  set_tests_properties(kvpress_quick PROPERTIES
+    LABELS "transformers;no_asan" TIMEOUT 1200 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
+endif()

@@ -5,7 +5,8 @@ Retention per tier × budget × policy × region against the full-cache ceiling,
 log-prob deltas, the MemDecay paper's claims point by point beside our measurement, the targets of
 docs/design.md §7 with the failing probes where one is missed, and a section for region half-lives
 that the calibration work fills (bench/probes/results/half_lives.json, or by hand between the
-markers: a regenerated report keeps that text).
+markers: a regenerated report keeps that text).  Everything from the kept-sections marker
+on (KEPT_MARK: the kvpress comparison, hand-written sections) is kept as it is.
 
     report.py [--runs FILE] [--traces DIR] [--out docs/results.md] [--img docs/img]
 """
@@ -94,6 +95,18 @@ def make_plots(rows, pinned, img_dir):
             return [l for l in p.stdout.splitlines() if l.strip()], None
         return [], f"plot.py failed: {p.stderr.strip()[-300:]}"
     return [], "matplotlib is not installed (run bench/probes/setup.sh)"
+
+
+# Everything from this line on belongs to other writers (bench/kvpress/report.py, hand-written
+# sections): a regenerated report keeps it as it is.
+KEPT_MARK = "<!-- Sections below are written by other scripts or by hand; bench/probes/report.py keeps them. -->"
+
+
+def kept_sections(out_path):
+    if not os.path.exists(out_path):
+        return None
+    text = open(out_path).read()
+    return text[text.index(KEPT_MARK):] if KEPT_MARK in text else None
 
 
 def kept_half_lives(out_path):
@@ -363,8 +376,11 @@ def write_report(runs_path, manifest_path, out_path, img_dir=None, pinned=("syst
           "`--quick` is the CI smoke test; `--traces DIR` runs your own traces. See "
           "[probes.md](probes.md).", ""]
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    kept = kept_sections(out_path)
     with open(out_path + ".tmp", "w") as f:
         f.write("\n".join(L))
+        if kept:
+            f.write("\n" + kept)
     os.replace(out_path + ".tmp", out_path)
     return out_path
 

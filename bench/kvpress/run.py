@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""run.py — MemDecay beside kvpress's presses on one transformers model, same traces, same budgets.
+
+Every row is a policy in a mode at a budget (a fraction of each trace's tokens):
+  - kvpress presses (StreamingLLM, TOVA, SnapKV, ObservedAttention, Knorm, ExpectedAttention,
+    Random), and memdecayd's policies through the transformers adapter (memdecay,
+    memdecay-norm, memdecay-turn, memdecay with λ calibrated on other traces, h2o, recency,
+    random);
+  - mode `oneshot`: kvpress's own, the whole trace compressed to the budget once, before the
+    probes; mode `online`: the cache held at the budget while the trace is fed message by
+    message (kvpress's presses inside DecodingPress(compression_interval=1), memdecayd's through
+    MemDecayOnline).
+Traces come from bench/probes/gen_traces.py (facts planted in every region, a probe per fact).
+A reference pass at full cache gives each probe's pass/fail, gold log-probability, next-token
+distributions and attention; only probes that pass there are scored.  Per run and probe it
+records pass/fail, Δ log-prob of the gold answer, KL(full ‖ policy) over the answer's positions,
+and the share of the full cache's attention (the question's queries, per layer and KV head) that
+falls on the tokens the policy kept; per online run, KL over the trace's own assistant tokens.
+Method and reading: docs/kvpress.md.
+
+    run.py --quick                      # CI smoke: 1 trace, budget 50%, both modes, all rows
+    run.py --full --shard 0/2 & run.py --full --shard 1/2   # the committed run, on two cores
+                                        # (resumable: finished runs are kept)
+    run.py --traces N --seed S --budgets 0.25,0.5 --rows memdecay,kv:snapkv --out DIR
+
+Writes OUT/runs.jsonl (one line per run), OUT/reference.jsonl (full cache, one line per trace),
+OUT/calibration.json, OUT/traces/.  Progress on stderr.  Needs the kvpress venv
+(scripts/setup_kvpress.sh) and the built daemon (MEMDECAY_BIN, MEMDECAY_LIBRARY)."""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+GEN = os.path.join(ROOT, "bench", "probes", "gen_traces.py")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
+import kvpress  # noqa: E402
+from kvpress import DecodingPress  # noqa: E402
+
+from memdecay import Region  # noqa: E402
+from memdecay_transformers import Feeder, MemDecayOnline, MemDecayPress, encode_messages  # noqa: E402
+from memdecay_transformers.chat import question_ids  # noqa: E402
+from memdecay_transformers.daemon import Daemon  # noqa: E402
+
+MAX_NEW = 16          # greedy answer length, as memdecay-agent's default
+TRACE_SEED = 11       # evaluation traces short-s11000…: never used for tuning
+CALIB_SEED = 12       # short-s12000…: the traces memdecay-cal's λ is calibrated on
+CALIB_TRACES = 4
+
+KV_PRESSES = {
+    "streaming_llm": lambda: kvpress.StreamingLLMPress(),
+    "tova": lambda: kvpress.TOVAPress(),
+    "snapkv": lambda: kvpress.SnapKVPress(),
+    "observed_attention": lambda: kvpress.ObservedAttentionPress(),
+    "knorm": lambda: kvpress.KnormPress(),
+    "expected_attention": lambda: kvpress.ExpectedAttentionPress(),
+    "random": lambda: kvpress.RandomPress(seed=0),
+}
+# row name -> (memdecayd policy, daemon)
+MD_ROWS = {
+    "memdecay": ("memdecay", "default"),
+    "memdecay-norm": ("memdecay-norm", "default"),
+    "memdecay-turn": ("memdecay-turn", "default"),
+    "memdecay-cal": ("memdecay", "calibrated"),
+    "md-h2o": ("h2o", "default"),
+    "md-recency": ("recency", "default"),
+    "md-random": ("random", "default"),
+}
+ALL_ROWS = ["kv:" + k for k in KV_PRESSES] + list(MD_ROWS)
+MODES = ("oneshot", "online")
+
+
+def log(msg):
+    print("kvpress-bench: " + msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- traces
+
+def make_traces(out, seed, n):
+    """gen_traces.py short tier, deterministic by seed; returns the trace paths."""
+    os.makedirs(out, exist_ok=True)
+    man = os.path.join(out, "manifest.json")
+    if not os.path.exists(man) or json.load(open(man)).get("seed") != seed or \
+            len(json.load(open(man))["traces"]) < n:
+        subprocess.run([sys.executable, GEN, "--out", out, "--seed", str(seed), "--short", str(n),
+                        "--long", "0"], check=True, stdout=subprocess.DEVNULL)
+    names = sorted(json.load(open(man))["traces"])[:n]
+    return [os.path.join(out, x) for x in names], json.load(open(man))
+
+
+def load_trace(path):
+    msgs, probes = [], []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            o = json.loads(line)
+            (probes.append(o["probe"]) if "probe" in o else msgs.append(o))
+    return msgs, probes
+
+
+# ---------------------------------------------------------------- model helpers
+
+class Model:
+    def __init__(self, path):
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                          attn_implementation="eager")
+        self.model.eval()
+        cfg = self.model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.eos = self.tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def log_softmax(logits):
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def kl_rows(ref_lp, lp):
+    """Mean over rows of KL(ref ‖ p), both log-probabilities (n, V)."""
+    return float((ref_lp.exp() * (ref_lp - lp)).sum(-1).mean())
+
+
+def contains(text, answer):
+    return answer.lower() in text.lower()
+
+
+class Trace:
+    """A trace tokenised once: ids, regions, message spans, and its probes' token ids."""
+
+    def __init__(self, m, path):
+        self.path = path
+        self.name = os.path.basename(path)
+        msgs, self.probes = load_trace(path)
+        self.ids, self.regions, self.spans = encode_messages(m.tok, msgs)
+        self.n = len(self.ids)
+        self.q = [question_ids(m.tok, p["question"]) for p in self.probes]
+        self.a = [m.tok(p["answer"], add_special_tokens=False).input_ids for p in self.probes]
+        # the trace's own assistant tokens: every message the agent wrote (role assistant)
+        self.assistant_spans = [(a, b) for a, b, msg in self.spans if msg["role"] == "assistant"]
+
+    def chunks(self):
+        for a, b, _ in self.spans:
+            yield a, b
+
+
+def ask(m, feeder, q, a, want_attention=False):
+    """One probe on the feeder's cache, which is left as it was.  Returns (passed, gold_lp,
+    answer log-softmax rows (len(a), V), attention (layers, kv heads, cache entries) or None)."""
+    phys, pos = feeder.phys_len(), feeder.next_pos
+    out = feeder.forward(q + a, output_attentions=want_attention)
+    lp = log_softmax(out.logits[0, len(q) - 1:len(q) - 1 + len(a)])
+    gold = float(sum(lp[i, t] for i, t in enumerate(a)))
+    att = None
+    if want_attention:
+        per = []
+        g = m.n_heads // m.n_kv
+        for layer in out.attentions:   # (1, H, q+a, K)
+            x = layer[0, :, :len(q), :phys].float().mean(1)          # (H, phys)
+            per.append(x.view(m.n_kv, g, phys).mean(1))
+        att = torch.stack(per)                                        # (L, KV, phys)
+    first = lp.argmax(-1).tolist()
+    text_ids = []
+    if first == a:                        # the greedy answer starts with the gold answer
+        passed = True
+    else:
+        feeder.crop(phys + len(q), pos + len(q))
+        t = int(out.logits[0, len(q) - 1].argmax())
+        passed = False
+        while len(text_ids) < MAX_NEW and t != m.eos:
+            text_ids.append(t)
+            if contains(m.tok.decode(text_ids), m.tok.decode(a)):
+                passed = True
+                break
+            o = feeder.forward([t])
+            t = int(o.logits[0, -1].argmax())
+    feeder.crop(phys, pos)
+    return passed, gold, lp, att
+
+
+def _batched_cache(m, cache, n):
+    """A DynamicCache holding `cache`'s entries repeated for n batch rows."""
+    c = DynamicCache(config=m.model.config)
+    for li, lay in enumerate(cache.layers):
+        c.update(lay.keys.expand(n, -1, -1, -1).contiguous(),
+                 lay.values.expand(n, -1, -1, -1).contiguous(), li)
+    return c
+
+
+def _padded_forward(m, cache, pos, rows, left):
+    """One batched forward of token lists `rows` after the shared `cache` (true next position
+    pos), padded to one length on the left or the right, masked.  Returns (logits, batched
+    cache, attention mask, per-row next position)."""
+    phys = cache.get_seq_length()
+    n, width = len(rows), max(len(r) for r in rows)
+    ids = torch.zeros(n, width, dtype=torch.long)
+    mask = torch.zeros(n, phys + width, dtype=torch.long)
+    mask[:, :phys] = 1
+    position = torch.full((n, width), pos, dtype=torch.long)
+    for i, r in enumerate(rows):
+        off = width - len(r) if left else 0
+        ids[i, off:off + len(r)] = torch.tensor(r)
+        mask[i, phys + off:phys + off + len(r)] = 1
+        position[i, off:off + len(r)] = torch.arange(pos, pos + len(r))
+    bc = _batched_cache(m, cache, n)
+    out = m.model(input_ids=ids, attention_mask=mask, past_key_values=bc, position_ids=position,
+                  cache_position=torch.arange(phys, phys + width), use_cache=True)
+    return out.logits, bc, mask, torch.tensor([pos + len(r) for r in rows])
+
+
+@torch.no_grad()
+def ask_all(m, feeder, qs, ans):
+    """Every probe (questions qs, gold answers ans) on the feeder's cache, batched: one
+    teacher-forced forward of all question+answer rows, then greedy decoding of the rows whose
+    answer did not come first, one batched forward per token.  Same results as ask() per
+    probe (checked by --check-batch).  Returns [(passed, gold_lp, answer log-softmax)]."""
+    pos = feeder.next_pos
+    logits, _, _, _ = _padded_forward(m, feeder.cache, pos, [q + a for q, a in zip(qs, ans)],
+                                      left=False)
+    res = []
+    for i, (q, a) in enumerate(zip(qs, ans)):
+        lp = log_softmax(logits[i, len(q) - 1:len(q) - 1 + len(a)])
+        gold = float(sum(lp[j, t] for j, t in enumerate(a)))
+        res.append([lp.argmax(-1).tolist() == a, gold, lp])
+    todo = [i for i, r in enumerate(res) if not r[0]]
+    if todo:
+        logits, bc, mask, nxt = _padded_forward(m, feeder.cache, pos, [qs[i] for i in todo],
+                                                left=True)
+        phys = mask.shape[1]
+        tok = logits[:, -1].argmax(-1)
+        gen = [[] for _ in todo]
+        live = [True] * len(todo)
+        want = [m.tok.decode(ans[i]).lower() for i in todo]
+        for step in range(MAX_NEW):
+            for k, t in enumerate(tok.tolist()):
+                if not live[k]:
+                    continue
+                if t == m.eos:
+                    live[k] = False
+                    continue
+                gen[k].append(t)
+                if want[k] in m.tok.decode(gen[k]).lower():
+                    res[todo[k]][0] = True
+                    live[k] = False
+            if not any(live) or step == MAX_NEW - 1:
+                break
+            mask = torch.cat([mask, torch.ones(len(todo), 1, dtype=torch.long)], 1)
+            out = m.model(input_ids=tok.unsqueeze(1), attention_mask=mask, past_key_values=bc,
+                          position_ids=(nxt + step).unsqueeze(1),
+                          cache_position=torch.tensor([phys + step]), use_cache=True)
+            tok = out.logits[:, -1].argmax(-1)
+    return [tuple(r) for r in res]
+
+
+# ---------------------------------------------------------------- kept-token tracking
+
+class KeptMap:
+    """True positions of each layer's and KV head's cache entries, in physical order, for a
+    kvpress press (which keeps a different set per head).  Wraps the press's score() to see
+    each compression's scores and repeats ScorerPress.compress's top-k on them."""
+
+    def __init__(self, m, press):
+        self.pos = [[[] for _ in range(m.n_kv)] for _ in range(m.n_layers)]
+        self.scores = {}
+        base = press.base_press if isinstance(press, DecodingPress) else press
+        orig = base.score
+
+        def score(module, *args, **kw):
+            s = orig(module, *args, **kw)
+            self.scores[module.layer_idx] = s.detach()
+            return s
+        base.score = score
+
+    def append(self, new):
+        for layer in self.pos:
+            for h in layer:
+                h.extend(new)
+
+    def settle(self, cache):
+        """After a forward: apply every layer's compression seen during it."""
+        for li, s in self.scores.items():
+            n_kept = cache.layers[li].keys.shape[2]
+            idx = s[0].topk(n_kept, dim=-1).indices            # (KV, n_kept), as kvpress does
+            self.pos[li] = [[self.pos[li][h][i] for i in idx[h].tolist()]
+                            for h in range(len(self.pos[li]))]
+        self.scores.clear()
+
+    def phys_count(self):
+        return len(self.pos[0][0])
+
+
+def uniform_map(m, positions):
+    return [[list(positions) for _ in range(m.n_kv)] for _ in range(m.n_layers)]
+
+
+def attention_share(att_full, kept):
+    """att_full (L, KV, n_trace) from the full cache; kept[l][h] = positions kept there."""
+    tot = att_full.sum(-1)                                             # (L, KV)
+    s = 0.0
+    n = 0
+    for li, layer in enumerate(kept):
+        for h, pos in enumerate(layer):
+            p = [x for x in pos if x < att_full.shape[-1]]
+            s += float(att_full[li, h, p].sum() / tot[li, h]) if p else 0.0
+            n += 1
+    return s / n
+
+
+# ---------------------------------------------------------------- reference (full cache)
+
+def reference(m, tr):
+    f = Feeder(m.model)
+    ref_lp = {}
+    for a, b in tr.chunks():
+        out = f.forward(tr.ids[a:b])
+        if (a, b) in tr.assistant_spans:
+            ref_lp[(a, b)] = log_softmax(out.logits[0, :-1])
+    probes = []
+    for i, p in enumerate(tr.probes):
+        passed, gold, lp, att = ask(m, f, tr.q[i], tr.a[i], want_attention=True)
+        probes.append({"passed": passed, "gold_lp": gold, "lp": lp, "att": att[..., :tr.n]})
+    return ref_lp, probes
+
+
+# ---------------------------------------------------------------- one run
+
+def budget_tokens(n, frac):
+    return max(1, int(round(n * frac)))
+
+
+def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
+    ref_lp, ref_probes = ref
+    B = budget_tokens(tr.n, frac)
+    f = Feeder(m.model)
+    kls = []
+    t0 = time.monotonic()
+    online = None
+    if row.startswith("kv:"):
+        make = KV_PRESSES[row[3:]]
+        needs_att = row == "kv:observed_attention"
+        if mode == "oneshot":
+            press = make()
+            press.compression_ratio = 1.0 - (B + 0.5) / tr.n
+            km = KeptMap(m, press)
+            km.append(range(tr.n))
+            with torch.no_grad(), press(m.model):
+                f.forward(tr.ids, output_attentions=needs_att)
+            km.settle(f.cache)
+        else:
+            base = make()
+            press = DecodingPress(base_press=base, compression_interval=1, target_size=B)
+            km = KeptMap(m, press)
+            with torch.no_grad(), press(m.model):
+                for a, b in tr.chunks():
+                    if row == "kv:snapkv":   # its observation window must fit in the chunk
+                        base.window_size = max(1, min(64, b - a - 1))
+                    km.append(range(a, b))
+                    out = f.forward(tr.ids[a:b], output_attentions=needs_att)
+                    km.settle(f.cache)
+                    if (a, b) in ref_lp:
+                        kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+        kept = km.pos
+    else:
+        policy, which = MD_ROWS[row]
+        d = daemons[which]
+        if mode == "oneshot":
+            press = MemDecayPress(compression_ratio=1.0 - (B + 0.5) / tr.n, policy=policy,
+                                  socket=d.sock, memdecayctl=ctl)
+            press.feed(tr.regions, list(tr.chunks()))
+            with torch.no_grad(), press(m.model):
+                f.forward(tr.ids)
+            kept = uniform_map(m, press.cache_pos)
+            press.close()
+        else:
+            online = MemDecayOnline(f, policy=policy, budget_tokens=B, socket=d.sock)
+            for a, b in tr.chunks():
+                out = online.forward(tr.ids[a:b], tr.regions[a:b])
+                if (a, b) in ref_lp:
+                    kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+            kept = uniform_map(m, online.kept_positions())
+    kept_tokens = f.phys_len()
+    probes = []
+    scored = [i for i, rp in enumerate(ref_probes) if rp["passed"]]
+    answers = ask_all(m, f, [tr.q[i] for i in scored], [tr.a[i] for i in scored]) if scored else []
+    for i, (passed, gold, lp) in zip(scored, answers):
+        p, rp = tr.probes[i], ref_probes[i]
+        probes.append({"question": p["question"], "region": p["region"], "passed": passed,
+                       "gold_lp": gold, "full_gold_lp": rp["gold_lp"],
+                       "dlp": gold - rp["gold_lp"], "kl_answer": kl_rows(rp["lp"], lp),
+                       "att_share": attention_share(rp["att"], kept)})
+    if online is not None:
+        online.close()
+    return {"trace": tr.name, "row": row, "mode": mode, "budget": frac, "budget_tokens": B,
+            "trace_tokens": tr.n, "kept_tokens": kept_tokens,
+            "kl_trace": (sum(kls) / len(kls)) if kls else None,
+            "wall_s": round(time.monotonic() - t0, 3), "probes": probes}
+
+
+# ---------------------------------------------------------------- calibration (memdecay-cal)
+
+def calibrate(m, d, traces, ctl):
+    """Feeds the calibration traces at full cache through d, then `memdecayctl calibrate
+    --apply`: d's λ per region from those traces' attention lifetimes (docs/calibration.md)."""
+    for path in traces:
+        tr = Trace(m, path)
+        f = Feeder(m.model)
+        online = MemDecayOnline(f, policy="memdecay", budget_tokens=0, socket=d.sock)
+        for a, b in tr.chunks():
+            online.forward(tr.ids[a:b], tr.regions[a:b])
+        online.close()
+    r = subprocess.run([ctl, "--socket", d.sock, "--json", "calibrate", "--apply"],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode:
+        raise RuntimeError("memdecayctl calibrate --apply failed: " + r.stderr.strip())
+    return json.loads(r.stdout)
+
+
+# ---------------------------------------------------------------- main
+
+def check_batch(m, tr):
+    """ask_all() against ask() one probe at a time, on a cache a policy shrank (kvpress's
+    StreamingLLM at 40%, one-shot): the same pass/fail, gold log-probabilities within 1e-3."""
+    f = Feeder(m.model)
+    press = kvpress.StreamingLLMPress(compression_ratio=0.6)
+    with torch.no_grad(), press(m.model):
+        f.forward(tr.ids)
+    one = [ask(m, f, q, a)[:2] for q, a in zip(tr.q, tr.a)]
+    many = [r[:2] for r in ask_all(m, f, tr.q, tr.a)]
+    worst = max(abs(x[1] - y[1]) for x, y in zip(one, many))
+    same = [x[0] for x in one] == [y[0] for y in many]
+    log("check-batch %s: pass/fail %s (%d of %d pass), largest gold log-prob difference %.2e"
+        % (tr.name, "identical" if same else "DIFFERENT", sum(x[0] for x in one), len(one),
+           worst))
+    return 0 if same and worst < 1e-3 else 1
+
+
+def done_keys(path):
+    keys = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue            # a line cut off by a stop: that run is redone
+                keys.add((o["trace"], o["row"], o["mode"], o["budget"]))
+    return keys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="CI smoke: 1 trace, budget 0.5")
+    ap.add_argument("--full", action="store_true", help="the committed run: 10 traces, 3 budgets")
+    ap.add_argument("--shard", default="0/1", help="K/N: run traces K, K+N, ... (N processes "
+                    "share one --out; each starts its own daemons)")
+    ap.add_argument("--traces", type=int, help="number of evaluation traces")
+    ap.add_argument("--seed", type=int, default=TRACE_SEED)
+    ap.add_argument("--budgets", help="comma-separated fractions of each trace (0.25,0.5,0.75)")
+    ap.add_argument("--rows", help="comma-separated rows (default all: %s)" % ",".join(ALL_ROWS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", help="output directory (default bench/kvpress/results, "
+                    "or a temporary one with --quick)")
+    ap.add_argument("--check-batch", action="store_true",
+                    help="check batched probe scoring against one probe at a time, and exit")
+    ap.add_argument("--prepare", action="store_true", help="write the traces and exit")
+    ap.add_argument("--model", default=os.environ.get("MEMDECAY_HF_MODEL"))
+    ap.add_argument("--bin", default=os.environ.get("MEMDECAY_BIN"))
+    a = ap.parse_args()
+    if not a.model or not os.path.isdir(a.model):
+        ap.error("no model directory: pass --model or set MEMDECAY_HF_MODEL "
+                 "(scripts/setup_kvpress.sh writes it to .deps/kvpress.env)")
+    if not a.bin or not os.access(os.path.join(a.bin, "memdecayd"), os.X_OK):
+        ap.error("no memdecayd: pass --bin DIR or set MEMDECAY_BIN to the build's bin directory")
+    n_traces = a.traces or (1 if a.quick else 10)
+    budgets = [float(x) for x in (a.budgets or ("0.5" if a.quick else "0.25,0.5,0.75")).split(",")]
+    rows = a.rows.split(",") if a.rows else ALL_ROWS
+    for r in rows:
+        if r not in ALL_ROWS:
+            ap.error("unknown row %r (rows: %s)" % (r, ", ".join(ALL_ROWS)))
+    try:
+        shard, n_shards = (int(x) for x in a.shard.split("/"))
+        assert 0 <= shard < n_shards
+    except (ValueError, AssertionError):
+        ap.error("--shard wants K/N with 0 <= K < N, not %r" % a.shard)
+    modes = a.modes.split(",")
+    for mo in modes:
+        if mo not in MODES:
+            ap.error("unknown mode %r (modes: %s)" % (mo, ", ".join(MODES)))
+    out = a.out
+    if not out:
+        if a.quick:
+            import tempfile
+            out = tempfile.mkdtemp(prefix="kvpress-quick-")
+        else:
+            out = os.path.join(HERE, "results")
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(int(os.environ.get("MEMDECAY_TORCH_THREADS", "1" if n_shards > 1 else "2")))
+
+    traces, manifest = make_traces(os.path.join(out, "traces"), a.seed, n_traces)
+    ages = {(name, f["question"]): f["age_fraction"]
+            for name, t in manifest["traces"].items() for f in t["facts"]}
+    traces = traces[shard::n_shards]
+    calib, _ = make_traces(os.path.join(out, "calib-traces"), CALIB_SEED, CALIB_TRACES)
+    if a.prepare:
+        log("traces in %s" % os.path.join(out, "traces"))
+        return
+    m = Model(a.model)
+    if a.check_batch:
+        sys.exit(max(check_batch(m, Trace(m, p)) for p in traces[:2]))
+    ctl = os.path.join(a.bin, "memdecayctl")
+    runs_path = os.path.join(out, "runs.jsonl")
+    done = done_keys(runs_path)
+    names = {os.path.basename(p) for p in traces}
+    done = {k for k in done if k[0] in names and k[1] in rows and k[2] in modes and k[3] in budgets}
+    todo_total = len(traces) * len(rows) * len(modes) * len(budgets)
+    log("%d traces x %d rows x %d modes x %d budgets = %d runs (%d already in %s)"
+        % (len(traces), len(rows), len(modes), len(budgets), todo_total, len(done), runs_path))
+    daemons = {}
+    try:
+        daemons["default"] = Daemon(a.bin)
+        if any(MD_ROWS.get(r, (None, None))[1] == "calibrated" for r in rows):
+            daemons["calibrated"] = Daemon(a.bin)
+            cal_path = os.path.join(out, "calibration.json" if shard == 0 else
+                                    "calibration.%d.json" % shard)
+            t0 = time.monotonic()
+            cal = calibrate(m, daemons["calibrated"], calib, ctl)
+            cal["traces"] = [os.path.relpath(p, out) for p in calib]
+            with open(cal_path, "w") as fh:
+                json.dump(cal, fh, indent=1)
+            applied = {e["region"]: e["lambda"] for e in cal["regions"] if e.get("applied")}
+            log("memdecay-cal: λ from %d calibration traces in %.0f s: %s"
+                % (len(calib), time.monotonic() - t0,
+                   ", ".join("%s %.4f" % kv for kv in sorted(applied.items())) or "none applied"))
+        n_done = 0
+        t_start = time.monotonic()
+        with open(os.path.join(out, "reference.jsonl"), "a") as refs, open(runs_path, "a") as fo:
+            for ti, path in enumerate(traces):
+                tr = Trace(m, path)
+                pending = [(r, mo, b) for r in rows for mo in modes for b in budgets
+                           if (tr.name, r, mo, b) not in done]
+                if not pending:
+                    continue
+                t0 = time.monotonic()
+                ref = reference(m, tr)
+                n_pass = sum(p["passed"] for p in ref[1])
+                refs.write(json.dumps({"trace": tr.name, "tokens": tr.n,
+                                       "probes": [{"question": p["question"],
+                                                   "region": p["region"], "passed": rp["passed"],
+                                                   "gold_lp": rp["gold_lp"]}
+                                                  for p, rp in zip(tr.probes, ref[1])]}) + "\n")
+                refs.flush()
+                log("trace %d/%d %s: %d tokens, %d/%d probes pass at full cache (%.1f s)"
+                    % (ti + 1, len(traces), tr.name, tr.n, n_pass, len(tr.probes),
+                       time.monotonic() - t0))
+                for r, mo, b in pending:
+                    res = run_one(m, tr, ref, r, mo, b, daemons, ctl)
+                    for p in res["probes"]:
+                        p["age_fraction"] = ages.get((tr.name, p["question"]))
+                    fo.write(json.dumps(res) + "\n")
+                    fo.flush()
+                    n_done += 1
+                    el = time.monotonic() - t_start
+                    left = todo_total - len(done) - n_done
+                    log("  %-22s %-7s %.2f kept %4d/%d  passed %d/%d  %.1f s  [%d left, ~%.0f min]"
+                        % (r, mo, b, res["kept_tokens"], tr.n,
+                           sum(p["passed"] for p in res["probes"]), len(res["probes"]),
+                           res["wall_s"], left, left * el / n_done / 60))
+    finally:
+        for d in daemons.values():
+            d.stop()
+    log("done: %s" % runs_path)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
