@@ -285,59 +285,9 @@ void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, 
 	keyheap_sift_up(e, s, i);
 }
 
-void md__index_rebuild(struct md__host *h, struct md__engine *e)
-{
-	e->index_epoch = h->params_epoch;
-	e->policy = md__engine_policy(h, e);
-	e->pol = md__policy_get(e->policy);
-	e->key_in = (struct md__score_in){.p = &h->params, .engine_id = e->id,
-					  .norm_mode = md__engine_norm(h, e),
-					  .page_tokens = e->page_tokens};
-	e->step_decay = e->pol->step_decay;
-	e->attn_lowers = e->pol->attn_lowers;
-	e->memdecay_bound = e->pol->memdecay_bound;
-	e->norm_mode = md__engine_norm(h, e);
-	e->n_cls = 0;
-	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		double lam = h->params.lambda[r];
-		if (!(lam > 0.0))
-			continue;
-		unsigned c = 0;
-		while (c < e->n_cls && e->cls_lambda[c] != lam)
-			c++;
-		if (c == e->n_cls)
-			e->cls_lambda[e->n_cls++] = lam;
-	}
-	uint32_t k = md__engine_protect_count(h, e);
-	e->k_applied = k;
-	e->k_dirty = 0;
-	for (uint32_t q = 0; q < e->max_seqs; q++) {
-		struct md__seq *s = &e->seqs[q];
-		s->heap_n = 0;
-		s->nodecay = 0;
-		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
-			s->dheap_n[c] = 0;
-		s->k_protect = k;
-		for (uint32_t i = 0; i < s->n_pages; i++) {
-			struct md__page *pg = &e->pages[s->pages[i].slot];
-			e->hpos[s->pages[i].slot] = MD__NO_HEAP;
-			e->dcls[s->pages[i].slot] = MD__NO_CLASS;
-			if (s->n_pages - 1 - i < k)
-				pg->flags |= MD__PF_PROT;
-			else
-				pg->flags &= (uint8_t)~MD__PF_PROT;
-		}
-	}
-	for (uint32_t q = 0; q < e->max_seqs; q++) {
-		struct md__seq *s = &e->seqs[q];
-		for (uint32_t i = 0; i < s->n_pages; i++)
-			md__page_reindex(h, e, s->pages[i].slot);
-	}
-}
-
 /* ---- one decision ---- */
 
-struct cand {
+struct md__cand {
 	double score;
 	uint64_t first_pos;
 	uint32_t slot;
@@ -348,54 +298,33 @@ struct cand {
 	uint32_t pad;
 };
 
-struct key_head {             /* a sequence's list head: (key, first_pos, slot) */
+struct md__key_head {             /* a sequence's list head: (key, first_pos, slot) */
 	double key;
 	uint64_t first_pos;
 	uint32_t slot;
 	uint32_t seq;
 };
 
-struct decay_head {            /* a decay heap's head: v = g - lambda_c t_seq */
+struct md__decay_head {            /* a decay heap's head: v = g - lambda_c t_seq */
 	double v;
 	uint32_t seq;
 	uint32_t cls;
 };
 
-static inline int cand_less(const struct cand *a, const struct cand *b)
+static inline int cand_less(const struct md__cand *a, const struct md__cand *b)
 {
 	return md__evict_order(a->score, a->first_pos, a->slot, b->score, b->first_pos,
 			       b->slot) < 0;
 }
 
-static inline int key_head_less(const struct key_head *a, const struct key_head *b)
+static inline int key_head_less(const struct md__key_head *a, const struct md__key_head *b)
 {
 	return md__evict_order(a->key, a->first_pos, a->slot, b->key, b->first_pos, b->slot) < 0;
 }
 
-struct scope {
-	struct md__host *h;
-	struct md__engine *e;
-	const struct md__policy *pol;
-	/* the scope's sequences' key-heap heads, ordered by (key, first_pos, slot) */
-	struct key_head *key_heads;
-	size_t n_key_heads;
-	/* their decay-heap heads, ordered by the decay bound v (memdecay only) */
-	struct decay_head *decay_heads;
-	size_t n_decay_heads;
-	uint64_t nodecay;     /* unseen pages with no decay bound */
-	int turn;
-	int decay_heads_built; /* gathered only when key pops do not settle */
-	size_t pops;
-	const uint32_t *seqs;
-	size_t nseqs;
-	/* popped pages, ordered by exact score (the eviction order) */
-	struct cand *cands;
-	size_t n_cands, cap_cands;
-};
-
-static void key_heads_sift_down(struct scope *sc, size_t i)
+static void key_heads_sift_down(struct md__scope *sc, size_t i)
 {
-	struct key_head x = sc->key_heads[i];
+	struct md__key_head x = sc->key_heads[i];
 	for (;;) {
 		size_t c = 2 * i + 1;
 		if (c >= sc->n_key_heads)
@@ -410,9 +339,9 @@ static void key_heads_sift_down(struct scope *sc, size_t i)
 	sc->key_heads[i] = x;
 }
 
-static void decay_heads_sift_down(struct scope *sc, size_t i)
+static void decay_heads_sift_down(struct md__scope *sc, size_t i)
 {
-	struct decay_head x = sc->decay_heads[i];
+	struct md__decay_head x = sc->decay_heads[i];
 	for (;;) {
 		size_t c = 2 * i + 1;
 		if (c >= sc->n_decay_heads)
@@ -427,22 +356,22 @@ static void decay_heads_sift_down(struct scope *sc, size_t i)
 	sc->decay_heads[i] = x;
 }
 
-static inline struct key_head seq_head(const struct md__engine *e, uint32_t q)
+static inline struct md__key_head seq_head(const struct md__engine *e, uint32_t q)
 {
 	const struct md__seq *s = &e->seqs[q];
 	uint32_t slot = s->heap[0].slot;
-	return (struct key_head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
+	return (struct md__key_head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
 }
 
 /* heads only move up during a scope (pages leave, keys rise): fix lazily */
-static void key_heads_fix(struct scope *sc)
+static void key_heads_fix(struct md__scope *sc)
 {
 	while (sc->n_key_heads) {
 		uint32_t q = sc->key_heads[0].seq;
 		if (sc->e->seqs[q].heap_n == 0) {
 			sc->key_heads[0] = sc->key_heads[--sc->n_key_heads];
 		} else {
-			struct key_head cur = seq_head(sc->e, q);
+			struct md__key_head cur = seq_head(sc->e, q);
 			if (cur.key == sc->key_heads[0].key && cur.slot == sc->key_heads[0].slot)
 				return;
 			sc->key_heads[0] = cur;
@@ -452,7 +381,7 @@ static void key_heads_fix(struct scope *sc)
 	}
 }
 
-static void decay_heads_fix(struct scope *sc)
+static void decay_heads_fix(struct md__scope *sc)
 {
 	while (sc->n_decay_heads) {
 		const struct md__seq *s = &sc->e->seqs[sc->decay_heads[0].seq];
@@ -470,11 +399,11 @@ static void decay_heads_fix(struct scope *sc)
 	}
 }
 
-static int cands_push(struct scope *sc, struct cand c)
+static int cands_push(struct md__scope *sc, struct md__cand c)
 {
 	if (sc->n_cands == sc->cap_cands) {
 		size_t nc = sc->cap_cands ? sc->cap_cands * 2 : 64;
-		struct cand *nb = realloc(sc->cands, nc * sizeof(*nb));
+		struct md__cand *nb = realloc(sc->cands, nc * sizeof(*nb));
 		if (!nb)
 			return -1;
 		sc->cands = nb;
@@ -492,10 +421,10 @@ static int cands_push(struct scope *sc, struct cand c)
 	return 0;
 }
 
-static struct cand cands_pop(struct scope *sc)
+static struct md__cand cands_pop(struct md__scope *sc)
 {
-	struct cand top = sc->cands[0];
-	struct cand x = sc->cands[--sc->n_cands];
+	struct md__cand top = sc->cands[0];
+	struct md__cand x = sc->cands[--sc->n_cands];
 	size_t i = 0;
 	for (;;) {
 		size_t c = 2 * i + 1;
@@ -514,15 +443,15 @@ static struct cand cands_pop(struct scope *sc)
 }
 
 #define DECAY_HEADS_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
-static void decay_heads_build(struct scope *sc);
+static void decay_heads_build(struct md__scope *sc);
 #define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
 
-/* The scope's next eviction into *out; 0 when nothing is evictable.
+/* The scope's next eviction (its slot) into *out; 0 when nothing is evictable.
  * Threshold-algorithm style over two sorted views of the unseen pages:
  * score >= key (static + attention part) + decaying part, and the decaying
  * part >= exp(min head v).  Stop when the best seen score is below the sum of
  * the two heads' bounds, or (score 0) when nothing unseen can come first. */
-static int scope_next(struct scope *sc, struct cand *out)
+int md__scope_next(struct md__scope *sc, uint32_t *out)
 {
 	struct md__engine *e = sc->e;
 	for (;;) {
@@ -536,7 +465,7 @@ static int scope_next(struct scope *sc, struct cand *out)
 				      ? 0.0 : exp(sc->decay_heads[0].v) * D_SHAVE;
 		double thr = sc->key_heads[0].key + dmin;
 		if (sc->n_cands) {
-			const struct cand *b = &sc->cands[0];
+			const struct md__cand *b = &sc->cands[0];
 			if (b->score < thr)
 				break;
 			/* a score of 0 needs a key of 0: the key list's order decides */
@@ -570,7 +499,7 @@ static int scope_next(struct scope *sc, struct cand *out)
 		}
 		struct md__page *pg = &e->pages[slot];
 		const uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
-		struct cand c = {.score = sc->pol->score(pg, tr, &in, NULL),
+		struct md__cand c = {.score = sc->pol->score(pg, tr, &in, NULL),
 				 .first_pos = pg->first_pos, .slot = slot, .seq = q,
 				 .lb = sc->pol->lower_bound(pg, &in), .g = NAN,
 				 .cls = e->dcls[slot]};
@@ -584,11 +513,11 @@ static int scope_next(struct scope *sc, struct cand *out)
 	}
 	if (sc->n_cands == 0)
 		return 0;
-	*out = cands_pop(sc);
+	*out = cands_pop(sc).slot;
 	return 1;
 }
 
-static void scope_end(struct scope *sc)
+void md__scope_end(struct md__scope *sc)
 {
 	for (size_t i = 0; i < sc->n_cands; i++) {
 		struct md__seq *s = &sc->e->seqs[sc->cands[i].seq];
@@ -598,10 +527,12 @@ static void scope_end(struct scope *sc)
 	sc->n_cands = 0;
 	free(sc->decay_heads);
 	sc->decay_heads = NULL;
+	/* the candidate buffer goes back to the host's scratch */
+	sc->h->scratch_b = sc->cands;
+	sc->h->scratch_b_cap = sc->cap_cands * sizeof(struct md__cand);
 }
 
-
-static void decay_heads_build(struct scope *sc)
+static void decay_heads_build(struct md__scope *sc)
 {
 	struct md__engine *e = sc->e;
 	sc->decay_heads_built = 1;
@@ -618,7 +549,7 @@ static void decay_heads_build(struct scope *sc)
 		const struct md__seq *s = &e->seqs[sc->seqs[i]];
 		for (uint32_t c = 0; c < e->n_cls; c++)
 			if (s->dheap_n[c])
-				sc->decay_heads[sc->n_decay_heads++] = (struct decay_head){
+				sc->decay_heads[sc->n_decay_heads++] = (struct md__decay_head){
 					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
 					sc->seqs[i], c};
 	}
@@ -626,14 +557,14 @@ static void decay_heads_build(struct scope *sc)
 		decay_heads_sift_down(sc, i);
 }
 
-static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *e,
+int md__scope_begin(struct md__scope *sc, struct md__host *h, struct md__engine *e,
 		       const uint32_t *seqs, size_t nseqs)
 {
 	sc->h = h;
 	sc->e = e;
 	sc->pol = md__policy_get(e->policy);
 	sc->cands = h->scratch_b;
-	sc->cap_cands = h->scratch_b_cap / sizeof(struct cand);
+	sc->cap_cands = h->scratch_b_cap / sizeof(struct md__cand);
 	sc->n_cands = 0;
 	sc->turn = 0;
 	sc->nodecay = 0;
@@ -641,7 +572,7 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	sc->pops = 0;
 	sc->seqs = seqs;
 	sc->nseqs = nseqs;
-	size_t need = nseqs * sizeof(struct key_head);
+	size_t need = nseqs * sizeof(struct md__key_head);
 	if (need > h->scratch_a_cap) {
 		void *na = realloc(h->scratch_a, need);
 		if (!na)
@@ -673,115 +604,7 @@ static int scope_begin(struct scope *sc, struct md__host *h, struct md__engine *
 	for (size_t i = sc->n_key_heads / 2; i-- > 0;)
 		key_heads_sift_down(sc, i);
 	if (e->step_decay && e->n_cls)
-		sc->decay_heads = malloc(nseqs * e->n_cls * sizeof(struct decay_head));
+		sc->decay_heads = malloc(nseqs * e->n_cls * sizeof(struct md__decay_head));
 	return 0;
 }
 
-static void scope_release(struct scope *sc)
-{
-	sc->h->scratch_b = sc->cands;
-	sc->h->scratch_b_cap = sc->cap_cands * sizeof(struct cand);
-}
-
-static void emit(struct md__host *h, struct md__engine *e, const struct cand *c, uint32_t reason,
-		 struct md__decision *out)
-{
-	struct md__page *pg = &e->pages[c->slot];
-	out->engine_id = e->id;
-	out->seq = pg->seq;
-	out->slot = c->slot;
-	out->gen = pg->gen;
-	out->reason = reason;
-	e->evictions++;
-	e->evictions_by_region[md__dominant_region(pg->labels, pg->n_tokens)]++;
-	if (reason < 4)
-		e->evictions_by_reason[reason]++;
-	md__page_set_evicting(h, e, c->slot);
-}
-
-/* the over-budget set for budget b (0: stop tracking): O(max_seqs), run only
- * when the effective sequence budget changes */
-static void ob_rebuild(struct md__engine *e, uint64_t b)
-{
-	for (uint32_t i = 0; i < e->ob_n; i++)
-		e->seqs[e->ob_seqs[i]].ob_pos = 0;
-	e->ob_n = 0;
-	e->ob_budget = b;
-	if (b)
-		for (uint32_t q = 0; q < e->max_seqs; q++)
-			md__ob_note(e, q);
-}
-
-static int u32_cmp(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return (x > y) - (x < y);
-}
-
-size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
-			       struct md__decision *out, size_t cap)
-{
-	if (!md__index_live(h, e))
-		md__index_rebuild(h, e);
-	/* protection: only when the count moved or a sequence took another one */
-	uint32_t k = md__engine_protect_count(h, e);
-	if (k != e->k_applied || e->k_dirty) {
-		e->k_applied = k;
-		e->k_dirty = 0;
-		for (uint32_t q = 0; q < e->max_seqs; q++)
-			if (e->seqs[q].k_protect != k)
-				md__seq_set_protect(h, e, q, k);
-	}
-
-	size_t n = 0;
-	struct scope sc;
-	uint64_t bseq = md__engine_seq_budget_tokens(h, e);
-	double lw = h->params.low_watermark;
-	if (bseq != e->ob_budget)
-		ob_rebuild(e, bseq);
-	if (bseq && e->ob_n) {
-		uint64_t target = (uint64_t)floor(lw * (double)bseq);
-		/* the set in sequence order (emits shrink the set: work on a copy) */
-		uint32_t *ids = e->ob_seqs + e->max_seqs, nids = e->ob_n;
-		memcpy(ids, e->ob_seqs, (size_t)nids * sizeof(*ids));
-		if (nids > 1)
-			qsort(ids, nids, sizeof(*ids), u32_cmp);
-		for (uint32_t i = 0; i < nids && n < cap; i++) {
-			uint32_t q = ids[i];
-			struct md__seq *s = &e->seqs[q];
-			if (s->tokens_live <= bseq)
-				continue;
-			if (scope_begin(&sc, h, e, &q, 1))
-				return n;
-			struct cand c;
-			while (n < cap && s->tokens_live > target && scope_next(&sc, &c))
-				emit(h, e, &c, MD_EVICT_SEQUENCE_BUDGET, &out[n++]);
-			scope_end(&sc);
-			scope_release(&sc);
-		}
-	}
-	uint32_t reason;
-	uint64_t bpages = md__engine_page_budget(h, e, &reason);
-	if (bpages && e->pages_live > bpages && n < cap) {
-		uint64_t target = (uint64_t)floor(lw * (double)bpages);
-		/* every sequence with candidates */
-		uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(uint32_t));
-		if (!ids)
-			return n;
-		size_t ns = 0;
-		for (uint32_t q = 0; q < e->max_seqs; q++)
-			if (e->seqs[q].heap_n)
-				ids[ns++] = q;
-		if (scope_begin(&sc, h, e, ids, ns)) {
-			free(ids);
-			return n;
-		}
-		struct cand c;
-		while (n < cap && e->pages_live > target && scope_next(&sc, &c))
-			emit(h, e, &c, reason, &out[n++]);
-		scope_end(&sc);
-		scope_release(&sc);
-		free(ids);
-	}
-	return n;
-}

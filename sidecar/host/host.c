@@ -1,10 +1,9 @@
 /*
  * host.c — the policy host's front: engines (attach, options, removal),
  * record ingest with per-engine counters, decisions over all engines, the
- * parameter-block view, `top`, stats and page-table resync.
- * Budgets: per sequence (tokens), per engine (pages); the global page budget
- * is shared by engines in proportion to their weight (share = floor(G w / sum w))
- * and binds an engine through its effective budget min(own, share).
+ * parameter-block view, stats and page-table resync.  What an engine runs
+ * with (policy, norm, budgets) is settings.c's (and host_internal.h's);
+ * `top` lists the oracle's candidates (oracle.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -13,7 +12,6 @@
 #include <sys/mman.h>
 #include <time.h>
 #include "host_internal.h"
-#include "oracle.h"
 #include "memdecay_clock.h"
 
 static const char *const reject_names[MD__REJ_COUNT] = {
@@ -113,14 +111,6 @@ const struct md__params *md__host_params(const struct md__host *h)
 	return &h->params;
 }
 
-struct md__engine *md__host_find(const struct md__host *h, uint32_t engine_id)
-{
-	for (size_t i = 0; i < h->n_engines; i++)
-		if (h->engines[i]->id == engine_id)
-			return h->engines[i];
-	return NULL;
-}
-
 static int opts_valid(const struct md__engine_opts *o)
 {
 	if (o->policy < -1 || o->policy >= (int)MD_POLICY_COUNT)
@@ -217,100 +207,6 @@ int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
 		return -ENOENT;
 	*opts = e->opts;
 	return 0;
-}
-
-/* ---- effective settings ---- */
-
-uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e)
-{
-	return e->opts.policy >= 0 ? (uint32_t)e->opts.policy : h->params.policy;
-}
-
-uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e)
-{
-	return md__policy_get(md__engine_policy(h, e))->always_relative ? MD_NORM_RELATIVE
-									 : h->params.norm;
-}
-
-uint64_t md__engine_seq_budget_tokens(const struct md__host *h, const struct md__engine *e)
-{
-	return e->opts.budget_sequence_tokens >= 0 ? (uint64_t)e->opts.budget_sequence_tokens
-						   : h->params.budget_sequence_tokens;
-}
-
-uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
-				uint32_t *reason)
-{
-	uint64_t own = e->opts.budget_engine_pages >= 0 ? (uint64_t)e->opts.budget_engine_pages
-							: h->params.budget_engine_pages;
-	uint64_t share = 0;
-	if (h->params.budget_global_pages) {
-		double wsum = 0.0;
-		for (size_t i = 0; i < h->n_engines; i++)
-			wsum += h->engines[i]->opts.weight;
-		double s = floor((double)h->params.budget_global_pages * e->opts.weight / wsum);
-		share = s < 0 ? 0 : (uint64_t)s;
-		if (share == 0)
-			share = 1; /* a zero share would read as "no budget" */
-	}
-	uint32_t why = MD_EVICT_ENGINE_BUDGET;
-	uint64_t b = own;
-	if (share && (!own || share < own)) {
-		b = share;
-		why = MD_EVICT_GLOBAL_BUDGET;
-	}
-	if (reason)
-		*reason = why;
-	return b;
-}
-
-uint32_t md__engine_protect_count(const struct md__host *h, const struct md__engine *e)
-{
-	return md__protect_count_for(h, e, e->seqs_live);
-}
-
-uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
-			       uint64_t seqs_live)
-{
-	uint64_t k = 1 + (uint64_t)h->params.protect_recent;
-	const struct md__policy *pol = md__policy_get(md__engine_policy(h, e));
-	if (pol->window_pages) {
-		uint64_t bseq = md__engine_seq_budget_tokens(h, e), bp;
-		if (bseq)
-			bp = (bseq + e->page_tokens - 1) / e->page_tokens;
-		else
-			bp = md__engine_page_budget(h, e, NULL) / (seqs_live ? seqs_live : 1);
-		uint64_t w = pol->window_pages(&h->params, bp);
-		if (w > k)
-			k = w;
-	}
-	return k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
-}
-
-uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens)
-{
-	unsigned cnt[MD_REGIONS_MAX] = {0};
-	unsigned best = 0;
-	for (unsigned k = 0; k < n_tokens; k++)
-		cnt[md_label_get(labels, k)]++;
-	for (unsigned r = 1; r < MD_REGIONS_MAX; r++)
-		if (cnt[r] > cnt[best])
-			best = r;
-	return best;
-}
-
-void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t slot,
-		       struct md__score_in *in)
-{
-	uint32_t seq = e->pages[slot].seq;
-	in->p = &h->params;
-	in->slot = slot;
-	in->clock = e->seqs[seq].clock;
-	in->engine_id = e->id;
-	in->norm_mode = md__engine_norm(h, e);
-	in->page_tokens = e->page_tokens;
-	in->turn_clk = e->seqs[seq].turn_clk;
-	in->turn_n = e->seqs[seq].turn_n;
 }
 
 /* ---- ingest and decisions ---- */
@@ -450,62 +346,6 @@ int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
 		out->lambda[r] = p->lambda[r];
 	}
 	return 0;
-}
-
-static int top_cmp(const void *a, const void *b)
-{
-	const struct md__top_entry *x = a, *y = b;
-	int c = md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
-	if (c)
-		return c;
-	return x->engine_id < y->engine_id ? -1 : x->engine_id > y->engine_id;
-}
-
-size_t md__host_top(const struct md__host *h, uint32_t engine_id, struct md__top_entry *out,
-		    size_t n)
-{
-	/* an operator command: brute force through the oracle's candidate list */
-	size_t total = 0, cap = 0;
-	struct md__top_entry *all = NULL;
-	for (size_t i = 0; i < h->n_engines; i++) {
-		const struct md__engine *e = h->engines[i];
-		if (engine_id != UINT32_MAX && e->id != engine_id)
-			continue;
-		struct md__oracle_cand *c = NULL;
-		size_t nc = md__oracle_candidates(h, e, &c);
-		if (total + nc > cap) {
-			size_t ncap = (total + nc) * 2 + 16;
-			struct md__top_entry *na = realloc(all, ncap * sizeof(*na));
-			if (!na) {
-				free(c);
-				break;
-			}
-			all = na;
-			cap = ncap;
-		}
-		for (size_t j = 0; j < nc; j++) {
-			const struct md__page *pg = &e->pages[c[j].slot];
-			struct md__top_entry *t = &all[total++];
-			t->engine_id = e->id;
-			t->seq = pg->seq;
-			t->slot = c[j].slot;
-			t->gen = pg->gen;
-			t->first_pos = pg->first_pos;
-			t->n_tokens = pg->n_tokens;
-			t->dominant_region = md__dominant_region(pg->labels, pg->n_tokens);
-			t->score = c[j].score;
-			t->decay_term = c[j].decay;
-			t->attn_term = c[j].attn;
-		}
-		free(c);
-	}
-	if (total)
-		qsort(all, total, sizeof(*all), top_cmp);
-	size_t k = total < n ? total : n;
-	if (k)
-		memcpy(out, all, k * sizeof(*out));
-	free(all);
-	return k;
 }
 
 int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,

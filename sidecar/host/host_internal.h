@@ -1,6 +1,6 @@
 /*
- * host_internal.h — the policy host's private state, shared by host.c,
- * pagestate.c, evict_index.c and oracle.c.  Not for the transport: it uses host.h.
+ * host_internal.h — the policy host's private state, shared by its files
+ * (docs/architecture.md, "Inside the host": which calls which).  Not for the transport: it uses host.h.
  * A page's hot fields (ingest touches them on every attention record) fit one
  * cache line; per-token refresh clocks live in a separate array.
  */
@@ -144,11 +144,63 @@ struct md__host {
 	size_t scratch_a_cap, scratch_b_cap;
 };
 
-/* host.c */
-struct md__engine *md__host_find(const struct md__host *h, uint32_t engine_id);
-uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e);
-uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e);
-uint64_t md__engine_seq_budget_tokens(const struct md__host *h, const struct md__engine *e);
+/* ---- effective settings: what an engine runs with (its options over the
+ * host's parameters).  The hot ones are inline here (ingest and decisions ask
+ * them per record or per popped page); the rest are in settings.c.  Below
+ * every other file of the host: they call nothing of it but the policy table. */
+
+static inline struct md__engine *md__host_find(const struct md__host *h, uint32_t engine_id)
+{
+	for (size_t i = 0; i < h->n_engines; i++)
+		if (h->engines[i]->id == engine_id)
+			return h->engines[i];
+	return NULL;
+}
+
+static inline uint32_t md__engine_policy(const struct md__host *h, const struct md__engine *e)
+{
+	return e->opts.policy >= 0 ? (uint32_t)e->opts.policy : h->params.policy;
+}
+
+static inline uint32_t md__engine_norm(const struct md__host *h, const struct md__engine *e)
+{
+	return md__policy_get(md__engine_policy(h, e))->always_relative ? MD_NORM_RELATIVE
+									 : h->params.norm;
+}
+
+static inline uint64_t md__engine_seq_budget_tokens(const struct md__host *h,
+						    const struct md__engine *e)
+{
+	return e->opts.budget_sequence_tokens >= 0 ? (uint64_t)e->opts.budget_sequence_tokens
+						   : h->params.budget_sequence_tokens;
+}
+
+/* What a policy needs to score the page in slot (its sequence's clock and
+ * turns, the engine's norm, the page's identity). */
+static inline void md__score_in_init(const struct md__host *h, const struct md__engine *e,
+				     uint32_t slot, struct md__score_in *in)
+{
+	uint32_t seq = e->pages[slot].seq;
+	in->p = &h->params;
+	in->slot = slot;
+	in->clock = e->seqs[seq].clock;
+	in->engine_id = e->id;
+	in->norm_mode = md__engine_norm(h, e);
+	in->page_tokens = e->page_tokens;
+	in->turn_clk = e->seqs[seq].turn_clk;
+	in->turn_n = e->seqs[seq].turn_n;
+}
+
+static inline int md__page_is_pinned(const struct md__params *p, uint64_t labels,
+				     uint32_t n_tokens)
+{
+	for (unsigned k = 0; k < n_tokens; k++)
+		if ((p->pinned_mask >> md_label_get(labels, k)) & 1u)
+			return 1;
+	return 0;
+}
+
+/* settings.c */
 /* effective page budget (0 none) and the reason it evicts with */
 uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
 				uint32_t *reason);
@@ -157,10 +209,6 @@ uint32_t md__engine_protect_count(const struct md__host *h, const struct md__eng
 uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
 			       uint64_t seqs_live);
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
-/* What a policy needs to score the page in slot (its sequence's clock and
- * turns, the engine's norm, the page's identity). */
-void md__score_in_init(const struct md__host *h, const struct md__engine *e, uint32_t slot,
-		       struct md__score_in *in);
 
 /* pagestate.c */
 /* Applies one record.  Returns -reason when it is rejected, else the mask of
@@ -168,7 +216,6 @@ void md__score_in_init(const struct md__host *h, const struct md__engine *e, uin
 int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r);
 void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot);
 void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot);
-int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens);
 void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq);
 int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
 		     uint64_t *cursor, uint32_t max_pages, int *touched);
@@ -222,6 +269,38 @@ void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, dou
 void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot);
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key);
 void md__heap_clear(struct md__engine *e, struct md__seq *s);
+/* A decision scope: one sequence, or all sequences of an engine, whose pages
+ * come out in eviction order.  Its buffers are the host's scratch. */
+struct md__scope {
+	struct md__host *h;
+	struct md__engine *e;
+	const struct md__policy *pol;
+	/* the scope's sequences' key-heap heads, ordered by (key, first_pos, slot) */
+	struct md__key_head *key_heads;
+	size_t n_key_heads;
+	/* their decay-heap heads, ordered by the decay bound v (memdecay only) */
+	struct md__decay_head *decay_heads;
+	size_t n_decay_heads;
+	uint64_t nodecay;     /* unseen pages with no decay bound */
+	int turn;
+	int decay_heads_built; /* gathered only when key pops do not settle */
+	size_t pops;
+	const uint32_t *seqs;
+	size_t nseqs;
+	/* popped pages, ordered by exact score (the eviction order) */
+	struct md__cand *cands;
+	size_t n_cands, cap_cands;
+};
+/* Gathers the heads of seqs[0..nseqs) (nonzero: out of memory, nothing held) */
+int md__scope_begin(struct md__scope *sc, struct md__host *h, struct md__engine *e,
+		    const uint32_t *seqs, size_t nseqs);
+/* The scope's next eviction, its slot into *out (the caller evicts it before
+ * asking again); 0 when nothing is evictable. */
+int md__scope_next(struct md__scope *sc, uint32_t *out);
+/* Puts back the pages seen but not evicted; gives the buffers back. */
+void md__scope_end(struct md__scope *sc);
+
+/* decide.c */
 void md__index_rebuild(struct md__host *h, struct md__engine *e);
 size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 			       struct md__decision *out, size_t cap);

@@ -4,6 +4,7 @@
  * its score in double by the policy's own score function; candidates are
  * sorted by (score, first_pos, slot) and taken in order until each scope is
  * back under its low watermark, exactly as docs/design.md §1 states the rule.
+ * The operator's `top` (md__host_top) is the same candidate list, sorted.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -171,4 +172,62 @@ size_t md__oracle_decide_engine(const struct md__host *h, uint32_t engine_id,
 {
 	const struct md__engine *e = md__host_find(h, engine_id);
 	return e ? decide_engine(h, e, out, cap) : 0;
+}
+
+/* ---- top ---- */
+
+static int top_cmp(const void *a, const void *b)
+{
+	const struct md__top_entry *x = a, *y = b;
+	int c = md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
+	if (c)
+		return c;
+	return x->engine_id < y->engine_id ? -1 : x->engine_id > y->engine_id;
+}
+
+size_t md__host_top(const struct md__host *h, uint32_t engine_id, struct md__top_entry *out,
+		    size_t n)
+{
+	/* an operator command: brute force through the candidate list */
+	size_t total = 0, cap = 0;
+	struct md__top_entry *all = NULL;
+	for (size_t i = 0; i < h->n_engines; i++) {
+		const struct md__engine *e = h->engines[i];
+		if (engine_id != UINT32_MAX && e->id != engine_id)
+			continue;
+		struct md__oracle_cand *c = NULL;
+		size_t nc = md__oracle_candidates(h, e, &c);
+		if (total + nc > cap) {
+			size_t ncap = (total + nc) * 2 + 16;
+			struct md__top_entry *na = realloc(all, ncap * sizeof(*na));
+			if (!na) {
+				free(c);
+				break;
+			}
+			all = na;
+			cap = ncap;
+		}
+		for (size_t j = 0; j < nc; j++) {
+			const struct md__page *pg = &e->pages[c[j].slot];
+			struct md__top_entry *t = &all[total++];
+			t->engine_id = e->id;
+			t->seq = pg->seq;
+			t->slot = c[j].slot;
+			t->gen = pg->gen;
+			t->first_pos = pg->first_pos;
+			t->n_tokens = pg->n_tokens;
+			t->dominant_region = md__dominant_region(pg->labels, pg->n_tokens);
+			t->score = c[j].score;
+			t->decay_term = c[j].decay;
+			t->attn_term = c[j].attn;
+		}
+		free(c);
+	}
+	if (total)
+		qsort(all, total, sizeof(*all), top_cmp);
+	size_t k = total < n ? total : n;
+	if (k)
+		memcpy(out, all, k * sizeof(*out));
+	free(all);
+	return k;
 }

@@ -47,14 +47,6 @@ static void seq_note_turns(struct md__seq *s, uint64_t labels, unsigned k0, unsi
 	}
 }
 
-int md__page_is_pinned(const struct md__params *p, uint64_t labels, uint32_t n_tokens)
-{
-	for (unsigned k = 0; k < n_tokens; k++)
-		if ((p->pinned_mask >> md_label_get(labels, k)) & 1u)
-			return 1;
-	return 0;
-}
-
 static int region_known(const struct md__params *p, unsigned r)
 {
 	return r < MD_REGION_BUILTIN_COUNT || p->region_name[r][0] != '\0';

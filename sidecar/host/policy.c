@@ -56,12 +56,3 @@ size_t md__policy_names(char *buf, size_t len)
 	}
 	return at;
 }
-
-double md__policy_no_static_bound(const struct md__page *pg, const struct md__params *p,
-				  const struct md__page_id *id)
-{
-	(void)pg;
-	(void)p;
-	(void)id;
-	return 0.0;
-}
