@@ -7,6 +7,9 @@
  */
 #include <check.h>
 #include "test_util.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "host.h"
 #include "host_internal.h"
@@ -23,43 +26,133 @@ START_TEST(test_every_row_complete)
 		ck_assert_ptr_nonnull(pol->static_bound);
 		ck_assert_ptr_nonnull(pol->lower_bound);
 		ck_assert_ptr_eq(md__policy_get(i), pol);
+		/* a duplicate name resolves to the first row */
 		ck_assert_int_eq(md__policy_from_name(pol->name), (int)i);
 		ck_assert_str_eq(md__policy_name(i), pol->name);
+		ck_assert_msg(pol->name[0] && !strpbrk(pol->name, "| \t\n="),
+			      "policy %u: name '%s' is not a key value", i, pol->name);
 	}
 	ck_assert_str_eq(md__policy_name(MD_POLICY_TEST_LIFO), "test-lifo");
 	ck_assert_str_eq(md__policy_name(MD_POLICY_COUNT), "unknown");
 }
 END_TEST
 
-/* A policy that sets memdecay_bound has its lower bound evaluated inline on
- * the attention path (pagestate.c, attn_rekey): the two must agree, and the
- * bound must be one attention can lower. */
-START_TEST(test_memdecay_bound_trait)
+/* "a|b|…": every row's name, in table order, each once */
+static void table_names(char *buf, size_t len)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+		int n = snprintf(buf + at, len - at, "%s%s", i ? "|" : "", md__policy_table[i]->name);
+		ck_assert(n > 0 && (size_t)n < len - at);
+		at += (size_t)n;
+	}
+}
+
+START_TEST(test_names_string)
+{
+	char want[512], got[512];
+	table_names(want, sizeof want);
+	ck_assert_uint_eq(md__policy_names(got, sizeof got), strlen(want));
+	ck_assert_str_eq(got, want);
+	/* a short buffer: truncated, terminated, the length still the whole */
+	char small[8];
+	ck_assert_uint_eq(md__policy_names(small, sizeof small), strlen(want));
+	ck_assert_uint_eq(strlen(small), sizeof small - 1);
+	ck_assert_int_eq(strncmp(small, want, sizeof small - 1), 0);
+}
+END_TEST
+
+/* pages of every shape the host makes, for the trait checks below */
+static void random_page(unsigned *seed, const struct md__policy *pol,
+			const struct md__params *p, uint32_t slot, struct md__page *pg,
+			uint64_t *tr, uint64_t clock)
+{
+	memset(pg, 0, sizeof(*pg));
+	pg->gen = 1 + (uint32_t)(rand_r(seed) % 5);
+	pg->state = MD__SLOT_LIVE;
+	pg->n_tokens = (uint16_t)(1 + rand_r(seed) % 16);
+	pg->first_pos = (uint64_t)(rand_r(seed) % 1000);
+	for (unsigned k = 0; k < pg->n_tokens; k++) {
+		pg->labels = md_label_set(pg->labels, k, (unsigned)rand_r(seed) % MD_REGION_BUILTIN_COUNT);
+		tr[k] = clock - (uint64_t)(rand_r(seed) % (clock + 1));
+	}
+	pg->ewma_raw = (double)rand_r(seed) / RAND_MAX * pg->n_tokens;
+	pg->ewma_norm = (double)rand_r(seed) / RAND_MAX * 50.0;
+	pg->cum_raw = (double)rand_r(seed) / RAND_MAX * 100.0;
+	struct md__page_id id = {.engine_id = 1, .slot = slot, .gen = pg->gen};
+	pg->lb_static = pol->static_bound(pg, p, &id);
+}
+
+static struct md__score_in score_in(const struct md__params *p, const struct md__policy *pol,
+				    uint32_t slot, uint64_t clock, uint32_t norm,
+				    const uint64_t *turns, uint32_t turn_n)
+{
+	return (struct md__score_in){.p = p, .clock = clock, .engine_id = 1, .slot = slot,
+				     .norm_mode = pol->always_relative ? MD_NORM_RELATIVE : norm,
+				     .page_tokens = 16, .turn_clk = turns, .turn_n = turn_n};
+}
+
+/* What the traits promise the host, checked against each row's own score:
+ *  - lower_bound: <= the score now and at every later clock;
+ *  - memdecay_bound: lower_bound is md__memdecay_bound_at at the effective
+ *    norm (the attention path evaluates it inline), and implies attn_lowers;
+ *  - attn_lowers unset: an attention record never lowers the score;
+ *  - step_decay: the score is at least the lower bound plus the decaying
+ *    part the decay heaps bound, mean b_r exp(-lambda_r dt) over tokens with
+ *    lambda_r > 0 (evict_index.c). */
+START_TEST(test_traits_match_scores)
 {
 	struct md__params p;
 	md__params_defaults(&p);
 	unsigned seed = 7, flagged = 0;
+	uint64_t turns[4] = {0, 30, 60, 90};
 	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
 		const struct md__policy *pol = md__policy_table[i];
-		if (!pol->memdecay_bound)
-			continue;
-		flagged++;
-		ck_assert_msg(pol->attn_lowers, "%s: memdecay_bound without attn_lowers", pol->name);
+		flagged += pol->memdecay_bound;
+		if (pol->memdecay_bound)
+			ck_assert_msg(pol->attn_lowers, "%s: memdecay_bound without attn_lowers",
+				      pol->name);
 		for (int k = 0; k < 1000; k++) {
 			struct md__page pg;
-			memset(&pg, 0, sizeof(pg));
-			pg.n_tokens = (uint16_t)(1 + rand_r(&seed) % 16);
-			pg.lb_static = (double)rand_r(&seed) / RAND_MAX * pg.n_tokens;
-			pg.ewma_raw = (double)rand_r(&seed) / RAND_MAX;
-			pg.ewma_norm = (double)rand_r(&seed) / RAND_MAX * 50.0;
-			struct md__score_in in = { .p = &p, .clock = 100, .engine_id = 1, .slot = 3,
-						   .norm_mode = (uint32_t)(k & 1), .page_tokens = 16 };
-			uint32_t norm = pol->always_relative ? MD_NORM_RELATIVE : in.norm_mode;
-			ck_assert_double_eq(pol->lower_bound(&pg, &in),
-					    md__memdecay_bound_at(&pg, p.alpha, norm));
+			uint64_t tr[16], clock = 100 + (uint64_t)(rand_r(&seed) % 50);
+			uint32_t slot = (uint32_t)(rand_r(&seed) % 64);
+			random_page(&seed, pol, &p, slot, &pg, tr, clock);
+			struct md__score_in in = score_in(&p, pol, slot, clock, (uint32_t)(k & 1),
+							  turns, 4);
+			double s = pol->score(&pg, tr, &in, NULL), lb = pol->lower_bound(&pg, &in);
+			ck_assert_msg(lb <= s, "%s: bound %.17g above score %.17g", pol->name, lb, s);
+			struct md__score_in later = in;
+			later.clock += 1 + (uint64_t)(rand_r(&seed) % 1000);
+			double sl = pol->score(&pg, tr, &later, NULL);
+			ck_assert_msg(lb <= sl, "%s: bound %.17g above a later score %.17g",
+				      pol->name, lb, sl);
+			if (pol->memdecay_bound)
+				ck_assert_double_eq(lb, md__memdecay_bound_at(&pg, p.alpha, in.norm_mode));
+			if (!pol->attn_lowers) {
+				/* a record of mass 0: the EWMAs fall, the sum stays */
+				struct md__page after = pg;
+				after.ewma_raw *= p.beta;
+				after.ewma_norm *= p.beta;
+				ck_assert_msg(pol->score(&after, tr, &in, NULL) >= s,
+					      "%s: attention lowers the score, attn_lowers unset",
+					      pol->name);
+			}
+			if (pol->step_decay) {
+				double d = 0.0;
+				for (unsigned t = 0; t < pg.n_tokens; t++) {
+					unsigned r = md_label_get(pg.labels, t);
+					if (p.lambda[r] > 0.0)
+						d += p.base[r] * exp(-p.lambda[r] * (double)(clock - tr[t]));
+				}
+				d /= pg.n_tokens;
+				ck_assert_msg(lb + d <= s * (1.0 + 1e-12) + 1e-300,
+					      "%s: bound %.17g + decay %.17g above score %.17g",
+					      pol->name, lb, d, s);
+			}
 		}
 	}
-	ck_assert_uint_eq(flagged, 3); /* memdecay, memdecay-norm, memdecay-turn */
+	ck_assert_uint_gt(flagged, 0); /* the inline path has a policy to agree with */
 }
 END_TEST
 
@@ -67,15 +160,16 @@ START_TEST(test_name_reaches_params)
 {
 	struct md__params p;
 	md__params_defaults(&p);
-	char err[512], buf[64];
+	char err[512], buf[64], names[512];
 	ck_assert_int_eq(md__params_set(&p, "policy", "test-lifo", err, sizeof err), 0);
 	ck_assert_uint_eq(p.policy, MD_POLICY_TEST_LIFO);
 	ck_assert_int_gt(md__params_get(&p, "policy", buf, sizeof buf), 0);
 	ck_assert_str_eq(buf, "test-lifo");
 	/* the refusal lists every policy, the new one included */
 	ck_assert_int_lt(md__params_set(&p, "policy", "lru", err, sizeof err), 0);
-	ck_assert_msg(strstr(err, "memdecay|memdecay-norm|h2o|recency|random|memdecay-turn|test-lifo"),
-		      "message: %s", err);
+	table_names(names, sizeof names);
+	ck_assert_msg(strstr(err, names), "message: %s", err);
+	ck_assert_ptr_nonnull(strstr(names, "|test-lifo"));
 }
 END_TEST
 
@@ -135,7 +229,8 @@ static Suite *table_suite(void)
 	Suite *s = suite_create("policy_table");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_every_row_complete);
-	tcase_add_test(tc, test_memdecay_bound_trait);
+	tcase_add_test(tc, test_names_string);
+	tcase_add_test(tc, test_traits_match_scores);
 	tcase_add_test(tc, test_name_reaches_params);
 	tcase_add_test(tc, test_host_evicts_newest_first);
 	suite_add_tcase(s, tc);

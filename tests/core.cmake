@@ -15,12 +15,23 @@ set_tests_properties(layering PROPERTIES LABELS "no_asan" TIMEOUT 60)
 
 # The policy bench's own cross-check at a small size, for every policy: its
 # naive pick, the index and the oracle must agree (it exits 1 on a mismatch).
+# One test per row of the policy table, read from the built bench when ctest
+# starts (a new policy needs no edit here).
 if(TARGET memdecay-bench-policy)
-  foreach(pol memdecay memdecay-norm h2o recency random memdecay-turn)
-    add_test(NAME bench_policy_oracle_${pol}
-      COMMAND memdecay-bench-policy --pages 1000,5000 --policy ${pol})
-    set_tests_properties(bench_policy_oracle_${pol} PROPERTIES TIMEOUT 120)
-  endforeach()
+  set(_md_bench_policy_tests ${CMAKE_CURRENT_BINARY_DIR}/bench_policy_oracle_tests.cmake)
+  file(GENERATE OUTPUT ${_md_bench_policy_tests} CONTENT [[
+set(_bench "$<TARGET_FILE:memdecay-bench-policy>")
+execute_process(COMMAND "${_bench}" --list-policies OUTPUT_VARIABLE _pols RESULT_VARIABLE _rc)
+string(REGEX MATCHALL "[^\n]+" _pols "${_pols}")
+if(NOT _rc EQUAL 0 OR NOT _pols)
+  add_test(bench_policy_oracle_list "${_bench}" --list-policies)
+endif()
+foreach(_pol IN LISTS _pols)
+  add_test(bench_policy_oracle_${_pol} "${_bench}" --pages 1000,5000 --policy ${_pol})
+  set_tests_properties(bench_policy_oracle_${_pol} PROPERTIES TIMEOUT 120)
+endforeach()
+]])
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${_md_bench_policy_tests})
 endif()
 
 # md_common's JSON string writer, read back by jansson.

@@ -238,10 +238,14 @@ static int run_one(uint64_t npages, struct result *res)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: memdecay-bench-policy [--pages N,N,...] [--policy P] [--seed S] [--json] [--help]\n"
+	char names[256];
+	md__policy_names(names, sizeof(names));
+	fprintf(f, "usage: memdecay-bench-policy [--pages N,N,...] [--policy P] [--seed S] [--json]\n"
+		   "                             [--list-policies] [--help]\n"
 		   "  one eviction decision (index) vs full sort vs linear scan, and ATTN_PAGE\n"
 		   "  ingest rate, at each page count (default 1000,10000,100000,1000000),\n"
-		   "  under policy P (default memdecay)\n");
+		   "  under policy P (%s; default memdecay)\n"
+		   "  --list-policies: the policy table's names, one a line (ctest reads them)\n", names);
 }
 
 int main(int argc, char **argv)
@@ -252,10 +256,11 @@ int main(int argc, char **argv)
 					     {"seed", required_argument, 0, 's'},
 					     {"policy", required_argument, 0, 'P'},
 					     {"json", no_argument, 0, 'j'},
+					     {"list-policies", no_argument, 0, 'l'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:s:P:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:s:P:jlh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': snprintf(pages_arg, sizeof pages_arg, "%s", optarg); break;
 		case 's': rng_state = strtoull(optarg, NULL, 0); break;
@@ -269,6 +274,10 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'j': json = 1; break;
+		case 'l':
+			for (uint32_t i = 0; i < MD_POLICY_COUNT; i++)
+				printf("%s\n", md__policy_name(i));
+			return 0;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -77,7 +77,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: memdecay-agent --model PATH --trace FILE.jsonl --policy P --budget-tokens N\n"
 		"                      [--socket PATH] [--json]\n"
-		"  --policy       memdecay memdecay-norm h2o recency random memdecay-turn (full: budget 0)\n"
+		"  --policy       a policy of docs/policies.md, or full (budget 0)\n"
 		"  --budget-tokens N   per-sequence KV budget; 0 = no budget (full cache)\n"
 		"  --socket PATH  memdecayd control socket; none there: start a private daemon\n"
 		"  --json         one JSON object on stdout\n"

@@ -209,9 +209,9 @@ static int cmd_policy(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 	const char *name = r->argv[0];
 	int pol = md__policy_from_name(name);
 	if (pol < 0) {
-		snprintf(err, errlen,
-			 "unknown policy '%.40s' (memdecay, memdecay-norm, h2o, recency, random, memdecay-turn)",
-			 name);
+		char names[256];
+		md__policy_names(names, sizeof(names));
+		snprintf(err, errlen, "unknown policy '%.40s' (%s)", name, names);
 		return -EINVAL;
 	}
 	if (r->engine) {

@@ -75,6 +75,9 @@ int md__params_save_file(const struct md__params *p, const char *path, char *err
 /* Names (policy.c: from the policy table). */
 const char *md__policy_name(uint32_t policy);
 int md__policy_from_name(const char *name);        /* -1 if unknown */
+/* every policy's name, "memdecay|memdecay-norm|…", for messages; returns the
+ * length it needed */
+size_t md__policy_names(char *buf, size_t len);
 int md__region_from_name(const struct md__params *p, const char *name); /* -1 if unknown */
 
 #endif

@@ -75,8 +75,6 @@ static inline const struct md__policy *md__policy_get(uint32_t id)
 	return md__policy_table[id < MD_POLICY_COUNT ? id : MD_POLICY_MEMDECAY];
 }
 
-/* "memdecay|memdecay-norm|…" for messages; returns the length it needed. */
-size_t md__policy_names(char *buf, size_t len);
 
 /* shared by memdecay and memdecay-norm */
 double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
