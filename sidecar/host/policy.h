@@ -24,7 +24,8 @@ struct md__score_in {
 	uint64_t clock;        /* the page's sequence clock */
 	uint32_t engine_id;
 	uint32_t slot;         /* the page's slot: its identity, with pg->gen */
-	uint32_t norm_mode;    /* effective enum md_norm_mode */
+	uint32_t norm_mode;    /* effective enum md_norm_mode: relative for an
+				  always_relative policy (md__engine_norm) */
 	uint32_t page_tokens;
 	const uint64_t *turn_clk; /* the sequence's turn starts (memdecay-turn) */
 	uint32_t turn_n;
