@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 import memdecay
-from .pages import SeqPages
+from .pages import LayerHeartbeat, SeqPages
 
 
 class Feeder:
@@ -79,7 +79,8 @@ class MemDecayOnline:
 
     def forward(self, ids, regions):
         pos0 = self.f.next_pos
-        out = self.f.forward(ids, output_attentions=True)
+        with LayerHeartbeat(self.f.model, self.client):
+            out = self.f.forward(ids, output_attentions=True)
         att = mean_attention(out.attentions)
         new = list(range(pos0, pos0 + len(ids)))
         k_pos = self.cache_pos + new

@@ -147,6 +147,43 @@ class SeqPages:
         return out
 
 
+class LayerHeartbeat:
+    """Beats the engine's heartbeat before every decoder layer while a forward
+    runs, so that a long forward (a prefill on a loaded CPU) is not taken for a
+    hung engine: memdecayd detaches an engine whose heartbeat is older than
+    daemon.heartbeat_timeout_ms (3 s by default; docs/operations.md).  It beats
+    only while layers make progress, so a truly stuck engine is still detached.
+
+        with LayerHeartbeat(model, client):
+            model(...)"""
+
+    def __init__(self, model, client):
+        self.client = client
+        self.layers = _decoder_layers(model)
+        self.handles = []
+
+    def _beat(self, *_):
+        if self.client is not None and self.client.attached:
+            self.client.check()
+
+    def __enter__(self):
+        self.handles = [m.register_forward_pre_hook(self._beat) for m in self.layers]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def _decoder_layers(model):
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise TypeError("%s has no decoder layers at .model.layers" % type(model).__name__)
+    return list(layers)
+
+
 def set_budget(memdecayctl, socket, engine_id, tokens):
     """The engine's per-sequence token budget, through memdecayctl."""
     r = subprocess.run([memdecayctl, "--socket", socket, "budget", "sequence_tokens",

@@ -22,6 +22,7 @@ target_size=B)`.  Call `press.feed(regions)` before each forward with that
 forward's tokens' regions; the daemon sees every forward as one step and keeps
 the sequence at B tokens.  Positions are never renumbered: pass the true
 `position_ids` and the physical `cache_position` (see online.py)."""
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from kvpress.utils import compute_n_kept
 import memdecay
 from memdecay import Region
 from .pages import SeqPages, set_budget
+
+log = logging.getLogger("memdecay_transformers")
 
 try:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -97,7 +100,7 @@ class MemDecayPress(ScorerPress):
         self.kept = None          # last decision: bool mask over cache_pos
         self._att = None
         self.order = {}           # position -> rank in the daemon's eviction order
-        self.stats = {"decisions": 0, "evicted_tokens": 0}
+        self.stats = {"decisions": 0, "evicted_tokens": 0, "detached": 0}
 
     def feed(self, regions, chunks=None):
         """Tokens about to be appended (one forward): their region ids, and
@@ -140,6 +143,9 @@ class MemDecayPress(ScorerPress):
         k_len = keys.shape[2]
         if layer == 0:
             self._begin(k_len)
+        # a heartbeat per layer: a long forward is not a hung engine (pages.LayerHeartbeat)
+        if self.client.attached:
+            self.client.check()
         q_pos = self._q_positions(hidden_states.shape[1])
         if (attentions is not None and attentions.shape[-2] == len(q_pos)
                 and attentions.shape[-1] == k_len):
@@ -202,6 +208,15 @@ class MemDecayPress(ScorerPress):
                 mass = {}
             seq.publish(b - a, mass)
             self.accounted = b
+        if not self.client.attached:
+            # fail open: without the daemon nothing is evicted (and nothing is decided here)
+            if not self.stats["detached"]:
+                log.warning("memdecay press: detached from memdecayd (%s); keeping every token",
+                            self.client.last_error or "no reason given")
+            self.stats["detached"] += 1
+            self.kept = np.ones(len(self._k_pos), dtype=bool)
+            self.cache_pos = list(self._k_pos)
+            return None
         if budget and budget != self._budget:
             set_budget(self._ctl(), self.client.socket_path, self.client.engine_id, budget)
             self._budget = budget

@@ -154,12 +154,17 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
                                                  dtype=torch.float32)
     model.eval()
-    with Daemon(bindir) as d:
-        one_shot(model, tok, d)
-    with Daemon(bindir) as d:
-        decoding(model, tok, d)
-    with Daemon(bindir) as d:
-        online(model, tok, d)
+    for section in (one_shot, decoding, online):
+        with Daemon(bindir) as d:
+            try:
+                section(model, tok, d)
+                stats = d.ctl("stats").stdout
+            except BaseException:
+                print("--- memdecayd's log:\n" + d.tail(), file=sys.stderr)
+                raise
+            # a forward on a loaded machine can take seconds: the adapter beats per layer
+            check("heartbeat=0" in stats, "%s: no engine was detached for a stale heartbeat"
+                  % section.__name__)
     print("all transformers adapter checks passed")
 
 
