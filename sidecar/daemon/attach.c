@@ -39,7 +39,7 @@ static uint32_t pow2_at_least(uint64_t v, uint32_t cap)
 	return (uint32_t)(p > cap ? cap : p);
 }
 
-struct md__peer *md__engine_find(struct md__daemon *d, uint32_t id)
+struct md__peer *md__peer_find(struct md__daemon *d, uint32_t id)
 {
 	for (struct md__peer *e = d->engines; e; e = e->next)
 		if (e->id == id)
@@ -47,11 +47,11 @@ struct md__peer *md__engine_find(struct md__daemon *d, uint32_t id)
 	return NULL;
 }
 
-struct md__peer *md__engine_lookup(struct md__daemon *d, const char *s)
+struct md__peer *md__peer_lookup(struct md__daemon *d, const char *s)
 {
 	uint64_t id;
 	if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX) {
-		struct md__peer *e = md__engine_find(d, (uint32_t)id);
+		struct md__peer *e = md__peer_find(d, (uint32_t)id);
 		if (e)
 			return e;
 	}
@@ -364,7 +364,7 @@ static void peer_register(struct md__daemon *d, struct md__conn *c, struct md__p
 		 hello->policy[0] ? hello->policy : "default");
 }
 
-int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
+int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
 {
 	char err[256];
 	struct md__hello hello;
@@ -404,8 +404,8 @@ int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hell
 	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
 				      e->max_seqs, &opts)) < 0)
 		goto fail;
-	e->params->seq = 0; /* md__engine_publish_params makes it 2 */
-	md__engine_publish_params(d, e);
+	e->params->seq = 0; /* md__peer_publish_params makes it 2 */
+	md__peer_publish_params(d, e);
 	md_store_release(&((struct md_segment_header *)e->dseg)->magic, MD_ABI_MAGIC);
 	if ((rc = wire_engine(d, e, &eoff, &doff, &step)) < 0)
 		goto fail_host;
@@ -437,7 +437,7 @@ fail:
 	return rc;
 }
 
-void md__engine_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why)
+void md__peer_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why)
 {
 	struct md__peer **pp = &d->engines;
 	while (*pp && *pp != e)

@@ -47,7 +47,7 @@ static void region_name(const struct md__daemon *d, unsigned r, char *buf, size_
 int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p)
 {
 	md__host_set_params(d->host, p);
-	md__engines_publish_params(d);
+	md__peers_publish_params(d);
 	d->dirty = 1;
 	return 0;
 }
@@ -164,13 +164,13 @@ static struct md__peer *need_engine(struct md__daemon *d, const char *s, char *e
 {
 	struct md__peer *e = NULL;
 	if (is_admin()) {
-		e = md__engine_lookup(d, s);
+		e = md__peer_lookup(d, s);
 	} else {
 		/* the same rule among this peer's own engines only: another uid's
 		 * engine reads as absent */
 		uint64_t id;
 		if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX &&
-		    (e = md__engine_find(d, (uint32_t)id)) && !visible(e))
+		    (e = md__peer_find(d, (uint32_t)id)) && !visible(e))
 			e = NULL;
 		if (!e) {
 			for (struct md__peer *k = d->engines; k; k = k->next) {
@@ -198,7 +198,7 @@ static int engine_opts_apply(struct md__daemon *d, struct md__peer *e,
 		snprintf(err, errlen, "engine %u: options refused: %s", e->id, strerror(-rc));
 		return rc;
 	}
-	md__engine_publish_params(d, e);
+	md__peer_publish_params(d, e);
 	d->dirty = 1;
 	return 0;
 }
@@ -314,7 +314,7 @@ static int cmd_weight(struct md__daemon *d, struct md__ctl_req *r, struct md__sb
 	int rc = engine_opts_apply(d, e, &o, err, errlen);
 	if (rc < 0)
 		return rc;
-	md__engines_publish_params(d); /* every engine's global share moved */
+	md__peers_publish_params(d); /* every engine's global share moved */
 	md__info("control: engine %u (%s) weight %g", e->id, e->name, r->weight);
 	md__sbuf_printf(b, r->json ? "{\"engine\":%u,\"weight\":%.9g}\n" : "engine %u weight %g\n",
 			e->id, r->weight);

@@ -5,8 +5,8 @@
  * it is looked at, and md_cuda_ring.h validates the copy again (magic,
  * version, record size, capacity) before it opens any handle.  Records
  * drained from the device go through the host ring's checks: the stamp
- * (md_ring_stamp_ok, torn records counted by md__engine_torn), then
- * md__engine_ingest_rec, the same accounting and host validation.
+ * (md_ring_stamp_ok, torn records counted by md__peer_torn), then
+ * md__peer_ingest_rec, the same accounting and host validation.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,7 +69,7 @@ int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e)
 		if (rc == -EAGAIN)
 			return 0;
 		if (rc < 0) {
-			md__engine_detach(d, e, MD__DETACH_ERROR, err);
+			md__peer_detach(d, e, MD__DETACH_ERROR, err);
 			return -1;
 		}
 		md__info("engine %u (%s): CUDA stats ring opened", e->id, e->name);
@@ -80,14 +80,14 @@ int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e)
 	int n = mdk_cuda_ring_drain(e->cuda_rd, e->cuda_buf, MD__INGEST_BATCH);
 	if (n < 0) {
 		snprintf(err, sizeof(err), "CUDA stats ring: %s", mdk_cuda_last_error());
-		md__engine_detach(d, e, MD__DETACH_VIOLATIONS, err);
+		md__peer_detach(d, e, MD__DETACH_VIOLATIONS, err);
 		return -1;
 	}
 	/* The host ring's rules: the stamp first, then the record's meaning. */
 	for (int i = 0; i < n; i++) {
 		int rc = md_ring_stamp_ok(&e->cuda_buf[i], first + (uint64_t)i)
-				 ? md__engine_ingest_rec(d, e, &e->cuda_buf[i])
-				 : md__engine_torn(d, e, first + (uint64_t)i);
+				 ? md__peer_ingest_rec(d, e, &e->cuda_buf[i])
+				 : md__peer_torn(d, e, first + (uint64_t)i);
 		if (rc < 0)
 			return -1;
 	}

@@ -37,6 +37,6 @@ void md__cuda_transport_close(struct md__peer *e);
 
 /* engine.c: a record whose stamp does not match the index it was taken at,
  * on either ring: counted, a violation.  0, or -1 if the engine was detached. */
-int md__engine_torn(struct md__daemon *d, struct md__peer *e, uint64_t index);
+int md__peer_torn(struct md__daemon *d, struct md__peer *e, uint64_t index);
 
 #endif

@@ -196,24 +196,24 @@ static inline const struct md__params *md__daemon_params(const struct md__daemon
 }
 
 /* attach.c */
-int md__engine_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);
-void md__engine_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why);
-struct md__peer *md__engine_find(struct md__daemon *d, uint32_t id);
-struct md__peer *md__engine_lookup(struct md__daemon *d, const char *id_or_name);
+int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);
+void md__peer_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why);
+struct md__peer *md__peer_find(struct md__daemon *d, uint32_t id);
+struct md__peer *md__peer_lookup(struct md__daemon *d, const char *id_or_name);
 
 /* engine.c */
-int md__engines_service(struct md__daemon *d);   /* returns 1 if it found work */
-int md__engines_any_work(struct md__daemon *d);  /* the re-check after sleeping=1 */
-void md__engines_set_sleeping(struct md__daemon *d, uint32_t v);
-void md__engines_tick(struct md__daemon *d, uint64_t now_ns);
-void md__engine_publish_params(struct md__daemon *d, struct md__peer *e);
-void md__engines_publish_params(struct md__daemon *d);
-void md__engine_drop_pending(struct md__peer *e);
+int md__peers_service(struct md__daemon *d);   /* returns 1 if it found work */
+int md__peers_any_work(struct md__daemon *d);  /* the re-check after sleeping=1 */
+void md__peers_set_sleeping(struct md__daemon *d, uint32_t v);
+void md__peers_tick(struct md__daemon *d, uint64_t now_ns);
+void md__peer_publish_params(struct md__daemon *d, struct md__peer *e);
+void md__peers_publish_params(struct md__daemon *d);
+void md__peer_drop_pending(struct md__peer *e);
 /* One record copied out of a stats ring (host or CUDA): counted, validated by
  * the host, observed for calibration.  Returns 0, or -1 if it got the engine
  * detached. */
-int md__engine_ingest_rec(struct md__daemon *d, struct md__peer *e,
-			  const struct md_stats_rec *rec);
+int md__peer_ingest_rec(struct md__daemon *d, struct md__peer *e,
+			const struct md_stats_rec *rec);
 
 /* control.c */
 /* Runs one operator request; fills reply with the full framed reply. */

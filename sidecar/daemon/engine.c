@@ -37,13 +37,13 @@ static int violation(struct md__daemon *d, struct md__peer *e, const char *what)
 		char why[160];
 		snprintf(why, sizeof(why), "%llu protocol violations (limit %u), last: %s",
 			 (unsigned long long)e->violations, limit, what);
-		md__engine_detach(d, e, MD__DETACH_VIOLATIONS, why);
+		md__peer_detach(d, e, MD__DETACH_VIOLATIONS, why);
 		return 1;
 	}
 	return 0;
 }
 
-void md__engine_drop_pending(struct md__peer *e)
+void md__peer_drop_pending(struct md__peer *e)
 {
 	e->pending_head = e->pending_len = 0;
 }
@@ -189,7 +189,7 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 	int64_t avail = md_ring_available(&e->stats);
 	if (avail > 0)
 		md_ring_skip_to(&e->stats, e->stats.next + (uint64_t)avail);
-	md__engine_drop_pending(e);
+	md__peer_drop_pending(e);
 	e->relabel_pending = 0; /* the table holds its labels, applied or not */
 	if (!e->resync_buf) {
 		e->resync_buf = calloc(e->page_capacity, sizeof(*e->resync_buf));
@@ -358,7 +358,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
-			if (md__engine_torn(d, e, e->stats.next - 1) < 0)
+			if (md__peer_torn(d, e, e->stats.next - 1) < 0)
 				return -1;
 			continue;
 		}
@@ -405,7 +405,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 	return i ? i : e->relabel_pending;
 }
 
-int md__engine_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
+int md__peer_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
 {
 	e->torn++;
 	md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
@@ -413,8 +413,8 @@ int md__engine_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
 	return violation(d, e, "torn record") ? -1 : 0;
 }
 
-int md__engine_ingest_rec(struct md__daemon *d, struct md__peer *e,
-			  const struct md_stats_rec *rec)
+int md__peer_ingest_rec(struct md__daemon *d, struct md__peer *e,
+			const struct md_stats_rec *rec)
 {
 	e->records++;
 	uint16_t refreshed;
@@ -470,7 +470,7 @@ static void decide(struct md__daemon *d)
 		struct md__peer *e = NULL;
 		for (size_t i = 0; i < n; i++) {
 			if (!e || e->id != out[i].engine_id)
-				e = md__engine_find(d, out[i].engine_id);
+				e = md__peer_find(d, out[i].engine_id);
 			if (!e)
 				continue;
 			if (pending_push(e, &out[i], decided) < 0)
@@ -480,7 +480,7 @@ static void decide(struct md__daemon *d)
 	} while (n == MD__DECIDE_BATCH);
 }
 
-int md__engines_service(struct md__daemon *d)
+int md__peers_service(struct md__daemon *d)
 {
 	int work = 0;
 	struct md__peer *e = d->engines, *next;
@@ -507,7 +507,7 @@ int md__engines_service(struct md__daemon *d)
 			n += nc;
 		}
 		if (n > 0)
-			work = 1; /* d->dirty: set by md__engine_ingest_rec when it matters */
+			work = 1; /* d->dirty: set by md__peer_ingest_rec when it matters */
 	}
 	/* While records keep arriving, run the decision pass at most every
 	 * MD__DECIDE_COALESCE_NS (each pass scans every sequence of every
@@ -527,7 +527,7 @@ int md__engines_service(struct md__daemon *d)
 	return work;
 }
 
-int md__engines_any_work(struct md__daemon *d)
+int md__peers_any_work(struct md__daemon *d)
 {
 	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (md_load_acquire(&e->ectrl->resync_request) != e->last_resync_request) {
@@ -541,14 +541,14 @@ int md__engines_any_work(struct md__daemon *d)
 	return d->dirty;
 }
 
-void md__engines_set_sleeping(struct md__daemon *d, uint32_t v)
+void md__peers_set_sleeping(struct md__daemon *d, uint32_t v)
 {
 	for (struct md__peer *e = d->engines; e; e = e->next)
 		md_store_relaxed(&e->dctrl->sleeping, v);
 	md_fence_full();
 }
 
-void md__engines_tick(struct md__daemon *d, uint64_t now)
+void md__peers_tick(struct md__daemon *d, uint64_t now)
 {
 	struct md__peer *e = d->engines, *next;
 	uint64_t timeout_ns = (uint64_t)md__daemon_params(d)->heartbeat_timeout_ms * 1000000ull;
@@ -566,12 +566,12 @@ void md__engines_tick(struct md__daemon *d, uint64_t now)
 			snprintf(why, sizeof(why), "no heartbeat for %llu ms (timeout %u ms)",
 				 (unsigned long long)((now - hb) / 1000000ull),
 				 md__daemon_params(d)->heartbeat_timeout_ms);
-			md__engine_detach(d, e, MD__DETACH_HEARTBEAT, why);
+			md__peer_detach(d, e, MD__DETACH_HEARTBEAT, why);
 		}
 	}
 }
 
-void md__engine_publish_params(struct md__daemon *d, struct md__peer *e)
+void md__peer_publish_params(struct md__daemon *d, struct md__peer *e)
 {
 	struct md_param_block view;
 	memset(&view, 0, sizeof(view));
@@ -585,8 +585,8 @@ void md__engine_publish_params(struct md__daemon *d, struct md__peer *e)
 	md_seqlock_write_end(&e->params->seq);
 }
 
-void md__engines_publish_params(struct md__daemon *d)
+void md__peers_publish_params(struct md__daemon *d)
 {
 	for (struct md__peer *e = d->engines; e; e = e->next)
-		md__engine_publish_params(d, e);
+		md__peer_publish_params(d, e);
 }

@@ -50,7 +50,7 @@ void md__conn_close(struct md__daemon *d, struct md__conn *c)
 	if (c->dead)
 		return;
 	if (c->engine)
-		md__engine_detach(d, c->engine, MD__DETACH_EOF, "connection closed");
+		md__peer_detach(d, c->engine, MD__DETACH_EOF, "connection closed");
 	c->dead = 1;
 	if (c->w)
 		md__loop_unwatch(d->loop, c->w);
@@ -155,7 +155,7 @@ static int conn_line(struct md__daemon *d, struct md__conn *c, char *line)
 	if (c->engine)
 		return 0; /* an attached engine has nothing more to say; ignore */
 	if (!strncmp(line, "HELLO", 5) && (line[5] == ' ' || line[5] == 0 || line[5] == '\t')) {
-		md__engine_attach(d, c, line);
+		md__peer_attach(d, c, line);
 		return conn_flush(d, c);
 	}
 	struct md__sbuf reply = { 0 };
@@ -243,8 +243,8 @@ static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const
 		if (res == -EAGAIN || res == -EINTR)
 			return;
 		if (c->engine)
-			md__engine_detach(d, c->engine, MD__DETACH_EOF,
-					  res == 0 ? "control socket closed" : strerror(-res));
+			md__peer_detach(d, c->engine, MD__DETACH_EOF,
+					res == 0 ? "control socket closed" : strerror(-res));
 		md__conn_close(d, c);
 		return;
 	}
@@ -450,7 +450,7 @@ static void tick_cb(struct md__loop *l, void *ud)
 	struct md__daemon *d = ud;
 	uint64_t now = md_now_ns();
 	md__notify_watchdog(now); /* from the loop: a wedged loop starves the watchdog */
-	md__engines_tick(d, now);
+	md__peers_tick(d, now);
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
 		next = c->next;
@@ -662,7 +662,7 @@ void md__server_run(struct md__daemon *d)
 {
 	while (!d->stop) {
 		d->iterations++;
-		int work = md__engines_service(d);
+		int work = md__peers_service(d);
 		flush_all(d);
 		int rc = md__loop_poll(d->loop, 0);
 		if (rc < 0) {
@@ -671,14 +671,14 @@ void md__server_run(struct md__daemon *d)
 		}
 		if (work || d->stop)
 			continue;
-		md__engines_set_sleeping(d, 1); /* includes the full fence */
-		if (md__engines_any_work(d)) {
-			md__engines_set_sleeping(d, 0);
+		md__peers_set_sleeping(d, 1); /* includes the full fence */
+		if (md__peers_any_work(d)) {
+			md__peers_set_sleeping(d, 0);
 			continue;
 		}
 		d->sleeps++;
 		rc = md__loop_poll(d->loop, 1);
-		md__engines_set_sleeping(d, 0);
+		md__peers_set_sleeping(d, 0);
 		if (rc < 0) {
 			md__err("event loop failed: %s", strerror(-rc));
 			break;
@@ -696,7 +696,7 @@ void md__server_shutdown(struct md__daemon *d)
 		(void)ignored;
 	}
 	while (d->engines)
-		md__engine_detach(d, d->engines, MD__DETACH_SHUTDOWN, "daemon stopping");
+		md__peer_detach(d, d->engines, MD__DETACH_SHUTDOWN, "daemon stopping");
 	while (d->conns)
 		md__conn_close(d, d->conns);
 	if (d->listen_fd >= 0) {
