@@ -40,14 +40,14 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 	e->k_dirty = 0;
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		struct md__seq *s = &e->seqs[q];
-		s->heap_n = 0;
+		s->keyheap_n = 0;
 		s->nodecay = 0;
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
-			s->dheap_n[c] = 0;
+			s->decayheap_n[c] = 0;
 		s->k_protect = k;
 		for (uint32_t i = 0; i < s->n_pages; i++) {
 			struct md__page *pg = &e->pages[s->pages[i].slot];
-			e->hpos[s->pages[i].slot] = MD__NO_HEAP;
+			e->keyheap_pos[s->pages[i].slot] = MD__NO_HEAP;
 			e->dcls[s->pages[i].slot] = MD__NO_CLASS;
 			if (s->n_pages - 1 - i < k)
 				pg->flags |= MD__PF_PROT;
@@ -148,7 +148,7 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 			return n;
 		size_t ns = 0;
 		for (uint32_t q = 0; q < e->max_seqs; q++)
-			if (e->seqs[q].heap_n)
+			if (e->seqs[q].keyheap_n)
 				ids[ns++] = q;
 		if (md__scope_begin(&sc, h, e, ids, ns)) {
 			free(ids);

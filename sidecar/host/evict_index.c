@@ -25,11 +25,11 @@
  * 0 forces a key of 0, so the key order settles ties at 0.  Buffered pages go
  * back to their heaps when the scope ends.  Result == the oracle's full sort.
  * The heaps, by what they order:
- *   keyheap (md__seq.heap)        a sequence's pages by (key, first_pos, slot)
- *   decayheap (md__seq.dheap[c])  a sequence's class-c pages by g
- *   key_heads (scope)             the sequences' keyheap heads
- *   decay_heads (scope)           the sequences' decayheap heads, by g - lambda_c t
- *   cands (scope)                 popped pages by exact score: the eviction order
+ *   keyheap (md__seq.keyheap)         a sequence's pages by (key, first_pos, slot)
+ *   decayheap (md__seq.decayheap[c])  a sequence's class-c pages by g
+ *   key_heads (scope)                 the sequences' keyheap heads
+ *   decay_heads (scope)               the sequences' decayheap heads, by g - lambda_c t
+ *   cands (scope)                     popped pages by exact score: the eviction order
  * Cost: O(sequences) to gather heads, plus (pages whose bounds sit below the
  * chosen score) x log n.  Parameter changes bump an epoch; an engine's index
  * is rebuilt at its next decision (O(n log n)), ingest skips upkeep till then.
@@ -65,18 +65,18 @@ static inline void set_hint(struct md__engine *e, uint32_t slot, double key)
 static inline void heap_place(struct md__engine *e, struct md__seq *s, uint32_t i,
 			      struct md__heap_ent ent)
 {
-	s->heap[i] = ent;
-	e->hpos[ent.slot] = i;
+	s->keyheap[i] = ent;
+	e->keyheap_pos[ent.slot] = i;
 }
 
 static void keyheap_sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
 {
-	struct md__heap_ent ent = s->heap[i];
+	struct md__heap_ent ent = s->keyheap[i];
 	while (i > 0) {
 		uint32_t parent = (i - 1) / 2;
-		if (!ent_less(e, &ent, &s->heap[parent]))
+		if (!ent_less(e, &ent, &s->keyheap[parent]))
 			break;
-		heap_place(e, s, i, s->heap[parent]);
+		heap_place(e, s, i, s->keyheap[parent]);
 		i = parent;
 	}
 	heap_place(e, s, i, ent);
@@ -84,23 +84,23 @@ static void keyheap_sift_up(struct md__engine *e, struct md__seq *s, uint32_t i)
 
 static void keyheap_sift_down(struct md__engine *e, struct md__seq *s, uint32_t i)
 {
-	uint32_t n = s->heap_n;
-	struct md__heap_ent ent = s->heap[i];
+	uint32_t n = s->keyheap_n;
+	struct md__heap_ent ent = s->keyheap[i];
 	for (;;) {
 		uint32_t c = 2 * i + 1;
 		if (c >= n)
 			break;
-		if (c + 1 < n && ent_less(e, &s->heap[c + 1], &s->heap[c]))
+		if (c + 1 < n && ent_less(e, &s->keyheap[c + 1], &s->keyheap[c]))
 			c++;
-		if (!ent_less(e, &s->heap[c], &ent))
+		if (!ent_less(e, &s->keyheap[c], &ent))
 			break;
-		heap_place(e, s, i, s->heap[c]);
+		heap_place(e, s, i, s->keyheap[c]);
 		i = c;
 	}
 	heap_place(e, s, i, ent);
 }
 
-/* decay heaps: plain min-heaps on g, positions in e->dheap_pos */
+/* decay heaps: plain min-heaps on g, positions in e->decayheap_pos */
 static void decayheap_sift_up(struct md__engine *e, struct md__heap_ent *hp, uint32_t i)
 {
 	struct md__heap_ent ent = hp[i];
@@ -109,11 +109,11 @@ static void decayheap_sift_up(struct md__engine *e, struct md__heap_ent *hp, uin
 		if (!(ent.key < hp[parent].key))
 			break;
 		hp[i] = hp[parent];
-		e->dheap_pos[hp[i].slot] = i;
+		e->decayheap_pos[hp[i].slot] = i;
 		i = parent;
 	}
 	hp[i] = ent;
-	e->dheap_pos[ent.slot] = i;
+	e->decayheap_pos[ent.slot] = i;
 }
 
 static void decayheap_sift_down(struct md__engine *e, struct md__heap_ent *hp, uint32_t n, uint32_t i)
@@ -128,11 +128,11 @@ static void decayheap_sift_down(struct md__engine *e, struct md__heap_ent *hp, u
 		if (!(hp[c].key < ent.key))
 			break;
 		hp[i] = hp[c];
-		e->dheap_pos[hp[i].slot] = i;
+		e->decayheap_pos[hp[i].slot] = i;
 		i = c;
 	}
 	hp[i] = ent;
-	e->dheap_pos[ent.slot] = i;
+	e->decayheap_pos[ent.slot] = i;
 }
 
 /* log of a bound on the page's decaying part: Dpos(t) >= exp(g - lambda_c t).
@@ -189,20 +189,20 @@ static void decayheap_insert(struct md__engine *e, struct md__seq *s, uint32_t s
 		s->nodecay++;
 		return;
 	}
-	if (s->dheap_n[c] == s->dheap_cap[c]) {
-		uint32_t nc = s->dheap_cap[c] ? s->dheap_cap[c] * 2 : 8;
-		struct md__heap_ent *na = realloc(s->dheap[c], (size_t)nc * sizeof(*na));
+	if (s->decayheap_n[c] == s->decayheap_cap[c]) {
+		uint32_t nc = s->decayheap_cap[c] ? s->decayheap_cap[c] * 2 : 8;
+		struct md__heap_ent *na = realloc(s->decayheap[c], (size_t)nc * sizeof(*na));
 		if (!na) { /* no decay bound: correct, only slower */
 			s->nodecay++;
 			return;
 		}
-		s->dheap[c] = na;
-		s->dheap_cap[c] = nc;
+		s->decayheap[c] = na;
+		s->decayheap_cap[c] = nc;
 	}
 	e->dcls[slot] = (uint8_t)c;
-	uint32_t i = s->dheap_n[c]++;
-	s->dheap[c][i] = (struct md__heap_ent){.key = g, .slot = slot, .pad = 0};
-	decayheap_sift_up(e, s->dheap[c], i);
+	uint32_t i = s->decayheap_n[c]++;
+	s->decayheap[c][i] = (struct md__heap_ent){.key = g, .slot = slot, .pad = 0};
+	decayheap_sift_up(e, s->decayheap[c], i);
 }
 
 static void decayheap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
@@ -213,13 +213,13 @@ static void decayheap_remove(struct md__engine *e, struct md__seq *s, uint32_t s
 		return;
 	}
 	e->dcls[slot] = MD__NO_CLASS;
-	struct md__heap_ent *hp = s->dheap[c];
-	uint32_t i = e->dheap_pos[slot], last = --s->dheap_n[c];
+	struct md__heap_ent *hp = s->decayheap[c];
+	uint32_t i = e->decayheap_pos[slot], last = --s->decayheap_n[c];
 	if (i == last)
 		return;
 	double old = hp[i].key;
 	hp[i] = hp[last];
-	e->dheap_pos[hp[i].slot] = i;
+	e->decayheap_pos[hp[i].slot] = i;
 	if (hp[i].key < old)
 		decayheap_sift_up(e, hp, i);
 	else
@@ -229,15 +229,15 @@ static void decayheap_remove(struct md__engine *e, struct md__seq *s, uint32_t s
 static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t slot, double key,
 			      uint32_t cls, double g)
 {
-	/* capacity is reserved at page open: heap_cap >= n_pages */
-	if (s->heap_n >= s->heap_cap)
+	/* capacity is reserved at page open: keyheap_cap >= n_pages */
+	if (s->keyheap_n >= s->keyheap_cap)
 		abort();
 	struct md__heap_ent ent = {.key = key, .slot = slot, .pad = 0};
 	set_hint(e, slot, key);
-	s->heap[s->heap_n] = ent;
-	e->hpos[slot] = s->heap_n;
-	s->heap_n++;
-	keyheap_sift_up(e, s, s->heap_n - 1);
+	s->keyheap[s->keyheap_n] = ent;
+	e->keyheap_pos[slot] = s->keyheap_n;
+	s->keyheap_n++;
+	keyheap_sift_up(e, s, s->keyheap_n - 1);
 	decayheap_insert(e, s, slot, cls, g);
 }
 
@@ -248,17 +248,17 @@ void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, dou
 
 void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 {
-	uint32_t i = e->hpos[slot];
-	if (i >= s->heap_n || s->heap[i].slot != slot)
+	uint32_t i = e->keyheap_pos[slot];
+	if (i >= s->keyheap_n || s->keyheap[i].slot != slot)
 		abort(); /* broken invariant */
 	decayheap_remove(e, s, slot);
-	e->hpos[slot] = MD__NO_HEAP;
-	uint32_t last = --s->heap_n;
+	e->keyheap_pos[slot] = MD__NO_HEAP;
+	uint32_t last = --s->keyheap_n;
 	if (i == last)
 		return;
-	struct md__heap_ent old = s->heap[i];
-	heap_place(e, s, i, s->heap[last]);
-	if (ent_less(e, &s->heap[i], &old))
+	struct md__heap_ent old = s->keyheap[i];
+	heap_place(e, s, i, s->keyheap[last]);
+	if (ent_less(e, &s->keyheap[i], &old))
 		keyheap_sift_up(e, s, i);
 	else
 		keyheap_sift_down(e, s, i);
@@ -267,20 +267,20 @@ void md__heap_remove(struct md__engine *e, struct md__seq *s, uint32_t slot)
 /* Empties the sequence's heaps at once (every page leaves them). */
 void md__heap_clear(struct md__engine *e, struct md__seq *s)
 {
-	for (uint32_t i = 0; i < s->heap_n; i++) {
-		e->hpos[s->heap[i].slot] = MD__NO_HEAP;
-		e->dcls[s->heap[i].slot] = MD__NO_CLASS;
+	for (uint32_t i = 0; i < s->keyheap_n; i++) {
+		e->keyheap_pos[s->keyheap[i].slot] = MD__NO_HEAP;
+		e->dcls[s->keyheap[i].slot] = MD__NO_CLASS;
 	}
-	s->heap_n = 0;
+	s->keyheap_n = 0;
 	s->nodecay = 0;
 	for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
-		s->dheap_n[c] = 0;
+		s->decayheap_n[c] = 0;
 }
 
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
 {
-	uint32_t i = e->hpos[slot];
-	s->heap[i].key = key;
+	uint32_t i = e->keyheap_pos[slot];
+	s->keyheap[i].key = key;
 	set_hint(e, slot, key);
 	keyheap_sift_up(e, s, i);
 }
@@ -359,8 +359,8 @@ static void decay_heads_sift_down(struct md__scope *sc, size_t i)
 static inline struct md__key_head seq_head(const struct md__engine *e, uint32_t q)
 {
 	const struct md__seq *s = &e->seqs[q];
-	uint32_t slot = s->heap[0].slot;
-	return (struct md__key_head){s->heap[0].key, e->pages[slot].first_pos, slot, q};
+	uint32_t slot = s->keyheap[0].slot;
+	return (struct md__key_head){s->keyheap[0].key, e->pages[slot].first_pos, slot, q};
 }
 
 /* heads only move up during a scope (pages leave, keys rise): fix lazily */
@@ -368,7 +368,7 @@ static void key_heads_fix(struct md__scope *sc)
 {
 	while (sc->n_key_heads) {
 		uint32_t q = sc->key_heads[0].seq;
-		if (sc->e->seqs[q].heap_n == 0) {
+		if (sc->e->seqs[q].keyheap_n == 0) {
 			sc->key_heads[0] = sc->key_heads[--sc->n_key_heads];
 		} else {
 			struct md__key_head cur = seq_head(sc->e, q);
@@ -386,10 +386,10 @@ static void decay_heads_fix(struct md__scope *sc)
 	while (sc->n_decay_heads) {
 		const struct md__seq *s = &sc->e->seqs[sc->decay_heads[0].seq];
 		uint32_t c = sc->decay_heads[0].cls;
-		if (s->dheap_n[c] == 0) {
+		if (s->decayheap_n[c] == 0) {
 			sc->decay_heads[0] = sc->decay_heads[--sc->n_decay_heads];
 		} else {
-			double v = s->dheap[c][0].key - sc->e->cls_lambda[c] * (double)s->clock;
+			double v = s->decayheap[c][0].key - sc->e->cls_lambda[c] * (double)s->clock;
 			if (v == sc->decay_heads[0].v)
 				return;
 			sc->decay_heads[0].v = v;
@@ -482,16 +482,16 @@ int md__scope_next(struct md__scope *sc, uint32_t *out)
 		if (sc->turn && sc->decay_heads_built && sc->n_decay_heads) {
 			q = sc->decay_heads[0].seq;
 			s = &e->seqs[q];
-			slot = s->dheap[sc->decay_heads[0].cls][0].slot;
+			slot = s->decayheap[sc->decay_heads[0].cls][0].slot;
 			md__score_in_init(sc->h, e, slot, &in);
 		} else {
 			q = sc->key_heads[0].seq;
 			s = &e->seqs[q];
-			slot = s->heap[0].slot;
+			slot = s->keyheap[0].slot;
 			md__score_in_init(sc->h, e, slot, &in);
 			double lb = sc->pol->lower_bound(&e->pages[slot], &in);
-			if (lb > s->heap[0].key) { /* stale-low key: push it down, retry */
-				s->heap[0].key = lb;
+			if (lb > s->keyheap[0].key) { /* stale-low key: push it down, retry */
+				s->keyheap[0].key = lb;
 				set_hint(e, slot, lb);
 				keyheap_sift_down(e, s, 0);
 				continue;
@@ -504,7 +504,7 @@ int md__scope_next(struct md__scope *sc, uint32_t *out)
 				 .lb = sc->pol->lower_bound(pg, &in), .g = NAN,
 				 .cls = e->dcls[slot]};
 		if (c.cls != MD__NO_CLASS)
-			c.g = s->dheap[c.cls][e->dheap_pos[slot]].key;
+			c.g = s->decayheap[c.cls][e->decayheap_pos[slot]].key;
 		if (cands_push(sc, c))
 			break; /* out of memory: decide from what was seen */
 		if (e->dcls[slot] == MD__NO_CLASS)
@@ -543,14 +543,15 @@ static void decay_heads_build(struct md__scope *sc)
 		if (i + 8 < sc->nseqs) { /* thousands of cold heads: keep misses in flight */
 			const struct md__seq *f = &e->seqs[sc->seqs[i + 8]];
 			for (uint32_t c = 0; c < e->n_cls; c++)
-				if (f->dheap_n[c])
-					__builtin_prefetch(f->dheap[c]);
+				if (f->decayheap_n[c])
+					__builtin_prefetch(f->decayheap[c]);
 		}
 		const struct md__seq *s = &e->seqs[sc->seqs[i]];
 		for (uint32_t c = 0; c < e->n_cls; c++)
-			if (s->dheap_n[c])
+			if (s->decayheap_n[c])
 				sc->decay_heads[sc->n_decay_heads++] = (struct md__decay_head){
-					s->dheap[c][0].key - e->cls_lambda[c] * (double)s->clock,
+					s->decayheap[c][0].key -
+						e->cls_lambda[c] * (double)s->clock,
 					sc->seqs[i], c};
 	}
 	for (size_t i = sc->n_decay_heads / 2; i-- > 0;)
@@ -587,16 +588,16 @@ int md__scope_begin(struct md__scope *sc, struct md__host *h, struct md__engine 
 	for (size_t i = 0; i < nseqs; i++) {
 		if (i + 8 < nseqs) {
 			const struct md__seq *f = &e->seqs[seqs[i + 8]];
-			if (f->heap_n)
-				__builtin_prefetch(f->heap);
+			if (f->keyheap_n)
+				__builtin_prefetch(f->keyheap);
 		}
 		if (i + 4 < nseqs) {
 			const struct md__seq *f = &e->seqs[seqs[i + 4]];
-			if (f->heap_n)
-				__builtin_prefetch(&e->pages[f->heap[0].slot]);
+			if (f->keyheap_n)
+				__builtin_prefetch(&e->pages[f->keyheap[0].slot]);
 		}
 		struct md__seq *s = &e->seqs[seqs[i]];
-		if (!s->heap_n)
+		if (!s->keyheap_n)
 			continue;
 		sc->key_heads[sc->n_key_heads++] = seq_head(e, seqs[i]);
 		sc->nodecay += s->nodecay;

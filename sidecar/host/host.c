@@ -73,14 +73,14 @@ static void engine_free(struct md__engine *e)
 		return;
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		free(e->seqs[q].pages);
-		free(e->seqs[q].heap);
+		free(e->seqs[q].keyheap);
 		free(e->seqs[q].turn_clk);
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
-			free(e->seqs[q].dheap[c]);
+			free(e->seqs[q].decayheap[c]);
 	}
 	free(e->ob_seqs);
-	free(e->dheap_pos);
-	free(e->hpos);
+	free(e->decayheap_pos);
+	free(e->keyheap_pos);
 	free(e->dcls);
 	free(e->seqs);
 	free(e->pages);
@@ -155,18 +155,18 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->pages = big_calloc(page_capacity, sizeof(*e->pages));
 	e->t_refresh = big_calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
 	e->seqs = calloc(max_seqs, sizeof(*e->seqs));
-	e->dheap_pos = big_calloc(page_capacity, sizeof(*e->dheap_pos));
-	e->hpos = big_calloc(page_capacity, sizeof(*e->hpos));
+	e->decayheap_pos = big_calloc(page_capacity, sizeof(*e->decayheap_pos));
+	e->keyheap_pos = big_calloc(page_capacity, sizeof(*e->keyheap_pos));
 	e->dcls = malloc(page_capacity);
 	e->ob_seqs = malloc((size_t)max_seqs * 2 * sizeof(*e->ob_seqs));
 	e->params = &h->params;
-	if (!e->pages || !e->t_refresh || !e->seqs || !e->dheap_pos || !e->dcls || !e->hpos ||
-	    !e->ob_seqs) {
+	if (!e->pages || !e->t_refresh || !e->seqs || !e->decayheap_pos || !e->dcls ||
+	    !e->keyheap_pos || !e->ob_seqs) {
 		engine_free(e);
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < page_capacity; i++)
-		e->hpos[i] = MD__NO_HEAP;
+		e->keyheap_pos[i] = MD__NO_HEAP;
 	memset(e->dcls, MD__NO_CLASS, page_capacity);
 	e->index_epoch = 0; /* built at the first decision */
 	h->engines[h->n_engines++] = e;

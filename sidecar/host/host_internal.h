@@ -74,16 +74,16 @@ struct md__seq {
 	uint64_t tokens_live;     /* live (not evicting) tokens */
 	uint32_t k_protect;       /* newest pages kept out of the heap */
 	uint32_t n_pages, cap_pages;
-	uint32_t heap_n, heap_cap;
-	uint32_t nodecay;         /* pages in heap but in no decay heap */
+	uint32_t keyheap_n, keyheap_cap;
+	uint32_t nodecay;         /* pages in keyheap but in no decayheap */
 	uint32_t n_evicting;      /* its pages waiting for the engine's free */
 	uint32_t ob_pos;          /* 1 + its index in the engine's over-budget set, 0: not in it */
 	uint32_t tail_slot;       /* pages[n_pages - 1].slot when n_pages: grows hit it */
 	struct md__pos_ent *pages;
-	struct md__heap_ent *heap;
+	struct md__heap_ent *keyheap;   /* by (key, first_pos, slot) */
 	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
-	struct md__heap_ent *dheap[MD_REGIONS_MAX];
-	uint32_t dheap_n[MD_REGIONS_MAX], dheap_cap[MD_REGIONS_MAX];
+	struct md__heap_ent *decayheap[MD_REGIONS_MAX];
+	uint32_t decayheap_n[MD_REGIONS_MAX], decayheap_cap[MD_REGIONS_MAX];
 	/* turns (memdecay-turn, docs/policies.md): the clock at which each turn
 	 * began, ascending; a turn begins when an appended token's region differs
 	 * from the previous appended token's.  Kept for every policy, so a switch
@@ -102,8 +102,8 @@ struct md__engine {
 	struct md__page *pages;
 	uint64_t *t_refresh;      /* [page_capacity * page_tokens] */
 	struct md__seq *seqs;
-	uint32_t *hpos;           /* [page_capacity] position in its heap, or MD__NO_HEAP */
-	uint32_t *dheap_pos;      /* [page_capacity] position in its decay heap */
+	uint32_t *keyheap_pos;    /* [page_capacity] position in its keyheap, or MD__NO_HEAP */
+	uint32_t *decayheap_pos;  /* [page_capacity] position in its decayheap */
 	uint8_t *dcls;            /* [page_capacity] decay class or MD__NO_CLASS */
 	const struct md__params *params; /* the host's, for index upkeep */
 	double cls_lambda[MD_REGIONS_MAX];

@@ -101,7 +101,7 @@ void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
 	struct md__page *pg = &e->pages[slot];
 	struct md__seq *s = &e->seqs[pg->seq];
 	const struct md__params *p = &h->params;
-	if (e->hpos[slot] != MD__NO_HEAP)
+	if (e->keyheap_pos[slot] != MD__NO_HEAP)
 		md__heap_remove(e, s, slot);
 	if (!md__index_live(h, e))
 		return; /* rebuilt at the next decision */
@@ -122,7 +122,7 @@ static void set_prot(struct md__host *h, struct md__engine *e, uint32_t slot, in
 	struct md__page *pg = &e->pages[slot];
 	if (prot) {
 		pg->flags |= MD__PF_PROT;
-		if (e->hpos[slot] != MD__NO_HEAP)
+		if (e->keyheap_pos[slot] != MD__NO_HEAP)
 			md__heap_remove(e, &e->seqs[pg->seq], slot);
 	} else if (pg->flags & MD__PF_PROT) {
 		pg->flags &= (uint8_t)~MD__PF_PROT;
@@ -187,7 +187,7 @@ static void seq_erase(struct md__host *h, struct md__engine *e, uint32_t slot)
 	s->n_pages = n - 1;
 	if (s->n_pages)
 		s->tail_slot = s->pages[s->n_pages - 1].slot;
-	if (e->hpos[slot] != MD__NO_HEAP)
+	if (e->keyheap_pos[slot] != MD__NO_HEAP)
 		md__heap_remove(e, s, slot);
 	pg->flags &= (uint8_t)~MD__PF_PROT;
 	if (s->n_pages == 0)
@@ -249,7 +249,8 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	if (seq_overlaps(s, first_pos, n_tokens, UINT32_MAX, &at))
 		return -MD__REJ_POS;
 	if (grow_array((void **)&s->pages, &s->cap_pages, s->n_pages + 1, sizeof(s->pages[0])) ||
-	    grow_array((void **)&s->heap, &s->heap_cap, s->n_pages + 1, sizeof(s->heap[0])))
+	    grow_array((void **)&s->keyheap, &s->keyheap_cap, s->n_pages + 1,
+		       sizeof(s->keyheap[0])))
 		return -MD__REJ_STATE; /* out of memory: refuse the record, keep state */
 	if (s->n_pages == 0) {
 		s->k_protect = md__engine_protect_count(h, e);
@@ -265,7 +266,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	pg->seq = seq;
 	pg->state = MD__SLOT_LIVE;
 	pg->n_tokens = (uint16_t)n_tokens;
-	e->hpos[slot] = MD__NO_HEAP;
+	e->keyheap_pos[slot] = MD__NO_HEAP;
 	pg->first_pos = first_pos;
 	pg->labels = labels & keep;
 	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
@@ -325,7 +326,7 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 	}
 	pg->state = MD__SLOT_FREE;
 	pg->flags = 0;
-	e->hpos[slot] = MD__NO_HEAP;
+	e->keyheap_pos[slot] = MD__NO_HEAP;
 }
 
 /* Drops, in one pass over the sequence's order, every page for which
@@ -349,14 +350,14 @@ void md__seq_drop_marked(struct md__host *h, struct md__engine *e, uint32_t seq,
 			continue;
 		}
 		struct md__page *pg = &e->pages[slot];
-		if (e->hpos[slot] != MD__NO_HEAP)
+		if (e->keyheap_pos[slot] != MD__NO_HEAP)
 			md__heap_remove(e, s, slot);
 		s->tokens_live -= pg->n_tokens;
 		e->tokens_live -= pg->n_tokens;
 		e->pages_live--;
 		pg->state = MD__SLOT_FREE;
 		pg->flags = 0;
-		e->hpos[slot] = MD__NO_HEAP;
+		e->keyheap_pos[slot] = MD__NO_HEAP;
 	}
 	if (w == n)
 		return;
@@ -462,10 +463,10 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 	}
 	if (key >= (double)pg->key_hint)
 		return; /* still above the stored key (or not in a heap: harmless) */
-	if (e->hpos[slot] == MD__NO_HEAP || !md__index_live(h, e))
+	if (e->keyheap_pos[slot] == MD__NO_HEAP || !md__index_live(h, e))
 		return;
 	struct md__seq *s = &e->seqs[pg->seq];
-	if (key < s->heap[e->hpos[slot]].key)
+	if (key < s->keyheap[e->keyheap_pos[slot]].key)
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
 }
 
