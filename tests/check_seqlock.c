@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "memdecay_abi.h"
+#include "memdecay_clock.h"
 #include "memdecay_ring.h"
 
 static struct md_param_block block;
@@ -44,8 +45,7 @@ START_TEST(test_no_torn_read)
 	memset(&block, 0, sizeof(block));
 	ck_assert_int_eq(pthread_create(&th, NULL, writer, NULL), 0);
 	uint64_t reads = 0, retries = 0, last = 0, changes = 0;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = md_now_ns();
 	do {
 		struct md_param_block copy;
 		uint64_t s = md_seqlock_read(&block.seq, &copy, &block, sizeof(copy), 100000);
@@ -62,8 +62,7 @@ START_TEST(test_no_torn_read)
 			last = w[1];
 			reads++;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 300000000L);
+	} while (md_now_ns() - t0 < 300000000u);
 	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	pthread_join(th, NULL);
 	ck_assert_uint_gt(reads, 10);
