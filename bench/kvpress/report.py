@@ -120,11 +120,18 @@ def summarise(runs, refs):
                     "regions": {reg: [sum(p["passed"] for p in sel if p["region"] == reg),
                                       sum(1 for p in sel if p["region"] == reg)]
                                 for reg in sorted({p["region"] for p in sel})}})
+    ran = {r["trace"] for r in runs}
+    used = [o for t, o in refs.items() if t in ran]
     return {"rows": rows, "modes": modes, "budgets": budgets, "cells": cells,
-            "traces": len(refs) or len({r["trace"] for r in runs}),
+            "traces": len(ran),
+            "screened_out": sorted(t for t, o in refs.items() if t not in ran),
+            "min_pass": max((o.get("min_pass", 0) for o in refs.values()), default=0),
+            "below_screen_kept": sorted(t for t, o in refs.items() if t in ran and
+                                        sum(p["passed"] for p in o["probes"])
+                                        < max(x.get("min_pass", 0) for x in refs.values())),
             "trace_tokens": sorted({r["trace_tokens"] for r in runs}),
-            "ceiling": [sum(p["passed"] for o in refs.values() for p in o["probes"]),
-                        sum(len(o["probes"]) for o in refs.values())],
+            "ceiling": [sum(p["passed"] for o in used for p in o["probes"]),
+                        sum(len(o["probes"]) for o in used)],
             "scored_evaluations": len(pr)}, pr
 
 
@@ -319,6 +326,57 @@ def plots(S, img_dir):
     return paths
 
 
+def screen_line(S):
+    if not S.get("screened_out"):
+        return "- No trace was screened out: every generated trace ran."
+    return ("- Screen (`run.py --min-pass %d`): a trace runs only if at least %d of its probes "
+            "pass at full cache; %d generated traces were screened out (%s). It only saves runs: "
+            "every row sees the same traces, and a probe is scored only where it passes at full "
+            "cache in any case." % (S["min_pass"], S["min_pass"], len(S["screened_out"]),
+                                    ", ".join(t.replace(".jsonl", "") for t in S["screened_out"]))
+            + (" %d traces below the screen had run before it was set and are kept." %
+               len(S["below_screen_kept"]) if S.get("below_screen_kept") else ""))
+
+
+def losses_section(out):
+    """The section explain.py's OUT/losses.json feeds: the probes MemDecay's best row loses to a
+    press, and whether the policy evicted the fact or the model failed with the fact kept."""
+    path = os.path.join(out, "losses.json")
+    if not os.path.exists(path):
+        return []
+    X = json.load(open(path))
+    cases = X["cases"]
+    L = ["### Where MemDecay's best row loses, and which evictions lost it", "",
+         "Probes that MemDecay's best row (%s) fails while at least one kvpress press passes them "
+         "at the same budget and mode. `bench/kvpress/explain.py` replayed each of those runs "
+         "(%d of %d replays kept the same number of tokens as the run) and looked up the answer's "
+         "tokens in the cache: **%d lost with the answer evicted, %d with it partly kept, %d with "
+         "it wholly kept** (the cache held the fact; the model answered wrong)."
+         % (", ".join("%s: `%s`" % kv for kv in sorted(X["best_row"].items())),
+            X["replays_matching_run"], len(cases), X["answer_evicted"],
+            X["answer_partly_kept"], X["answer_kept"]), ""]
+    if not cases:
+        return L + ["No probe is lost to a press.", ""]
+    L += ["| mode | budget | trace | fact (region, age) | answer kept | presses passing it | "
+          "what the row kept, by region (kept/total) |", "|---|---:|---|---|---:|---|---|"]
+    for c in sorted(cases, key=lambda c: (c["mode"], c["budget"], c["trace"], c["question"])):
+        kept = "" if c["answer_kept"] is None else "%d%%" % round(100 * c["answer_kept"])
+        regions = ", ".join("%s %d/%d" % (r, k, k + e)
+                            for r, (k, e) in sorted(c["kept_evicted_by_region"].items()))
+        L.append("| %s | %d%% | %s | %s (%s, %.2f) | %s | %s | %s |" % (
+            c["mode"], round(100 * c["budget"]), c["trace"].replace(".jsonl", ""), c["question"],
+            c["region"], c["age_fraction"], kept,
+            ", ".join(p[3:] for p in c["presses_passing"]), regions))
+    by_region = {}
+    for c in cases:
+        e = by_region.setdefault(c["region"], [0, 0])
+        e[0] += 1
+        e[1] += c["answer_kept"] == 0
+    L += ["", "Lost probes by the fact's region (answer evicted / lost): " + ", ".join(
+        "%s %d/%d" % (r, e[1], e[0]) for r, e in sorted(by_region.items())) + ".", ""]
+    return L
+
+
 def write_docs(S, comps, out):
     res = os.path.join(ROOT, "docs", "results.md")
     img = os.path.join(ROOT, "docs", "img")
@@ -340,11 +398,13 @@ def write_docs(S, comps, out):
          "- Full-cache ceiling: %d of %d probes pass with nothing evicted; only those are scored. "
          "**%d scored probe evaluations** (probe × row × mode × budget)."
          % (S["ceiling"][0], S["ceiling"][1], S["scored_evaluations"]),
+         screen_line(S),
          "- memdecay-cal: memdecay with λ per region set by `memdecayctl calibrate --apply` after "
          "4 other traces (seed 12) at full cache: %s." % (
              ", ".join("%s %.3g" % kv for kv in sorted(cal.items())) or "none applied"),
          ""]
     L += tables(S, comps, "img")
+    L += losses_section(out)
     L += [END]
     text = open(res).read() if os.path.exists(res) else ""
     if BEGIN in text and END in text:

@@ -459,6 +459,21 @@ def done_keys(path):
     return keys
 
 
+def screened_out(path, min_pass):
+    """Traces an earlier run screened out at this --min-pass (reference.jsonl)."""
+    out = set()
+    if min_pass and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue
+                if sum(p["passed"] for p in o["probes"]) < min_pass:
+                    out.add(o["trace"])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -468,6 +483,10 @@ def main():
                     "share one --out; each starts its own daemons)")
     ap.add_argument("--traces", type=int, help="number of evaluation traces")
     ap.add_argument("--seed", type=int, default=TRACE_SEED)
+    ap.add_argument("--min-pass", type=int, default=0, metavar="K",
+                    help="screen: run a trace only if at least K of its probes pass at full cache "
+                    "(only those are scored anyway; the screen saves the runs of traces the model "
+                    "cannot answer).  Traces with finished runs are kept whatever K is")
     ap.add_argument("--budgets", help="comma-separated fractions of each trace (0.25,0.5,0.75)")
     ap.add_argument("--rows", help="comma-separated rows (default all: %s)" % ",".join(ALL_ROWS))
     ap.add_argument("--modes", default=",".join(MODES))
@@ -526,6 +545,7 @@ def main():
     done = done_keys(runs_path)
     names = {os.path.basename(p) for p in traces}
     done = {k for k in done if k[0] in names and k[1] in rows and k[2] in modes and k[3] in budgets}
+    screened = screened_out(os.path.join(out, "reference.jsonl"), a.min_pass)
     todo_total = len(traces) * len(rows) * len(modes) * len(budgets)
     log("%d traces x %d rows x %d modes x %d budgets = %d runs (%d already in %s)"
         % (len(traces), len(rows), len(modes), len(budgets), todo_total, len(done), runs_path))
@@ -554,18 +574,30 @@ def main():
                            if (tr.name, r, mo, b) not in done]
                 if not pending:
                     continue
+                started = any(k[0] == tr.name for k in done)
+                if tr.name in screened and not started:
+                    log("trace %d/%d %s: screened out earlier (fewer than %d probes pass at full "
+                        "cache)" % (ti + 1, len(traces), tr.name, a.min_pass))
+                    todo_total -= len(pending)
+                    continue
                 t0 = time.monotonic()
                 ref = reference(m, tr)
                 n_pass = sum(p["passed"] for p in ref[1])
+                out_screen = n_pass < a.min_pass and not started
                 refs.write(json.dumps({"trace": tr.name, "tokens": tr.n,
+                                       "screened_out": out_screen, "min_pass": a.min_pass,
                                        "probes": [{"question": p["question"],
                                                    "region": p["region"], "passed": rp["passed"],
                                                    "gold_lp": rp["gold_lp"]}
                                                   for p, rp in zip(tr.probes, ref[1])]}) + "\n")
                 refs.flush()
-                log("trace %d/%d %s: %d tokens, %d/%d probes pass at full cache (%.1f s)"
+                log("trace %d/%d %s: %d tokens, %d/%d probes pass at full cache (%.1f s)%s"
                     % (ti + 1, len(traces), tr.name, tr.n, n_pass, len(tr.probes),
-                       time.monotonic() - t0))
+                       time.monotonic() - t0,
+                       "; screened out (--min-pass %d)" % a.min_pass if out_screen else ""))
+                if out_screen:
+                    todo_total -= len(pending)
+                    continue
                 for r, mo, b in pending:
                     res = run_one(m, tr, ref, r, mo, b, daemons, ctl)
                     for p in res["probes"]:
