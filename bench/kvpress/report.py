@@ -208,8 +208,51 @@ def label(row):
     return row[3:] + " (kvpress)" if row.startswith("kv:") else row
 
 
+def verdict(c):
+    """(retention, Δlp) verdicts of one paired comparison: win, tie or loss for the MemDecay
+    row. Retention: the sign test on discordant pairs at p < 0.05; Δlp: the 95% interval of
+    the mean per-probe difference excludes 0."""
+    if c["pass_sign_p"] < 0.05 and c["pass_wins"] != c["pass_losses"]:
+        ret = "win" if c["pass_wins"] > c["pass_losses"] else "loss"
+    else:
+        ret = "tie"
+    d = c["dlp_diff"]
+    dlp = "tie" if not d or d[1] <= 0 <= d[2] else ("win" if d[1] > 0 else "loss")
+    return ret, dlp
+
+
+def headline(S, comps):
+    """Per comparison and budget: against how many presses MemDecay's best row wins, ties and
+    loses, on retention and on Δ log-prob."""
+    L = ["### Headline", "",
+         "MemDecay's best row against the %d kvpress presses, per budget: **wins / ties / "
+         "losses**. Retention: a win or a loss is a paired sign test at p < 0.05; Δ log-prob: "
+         "the 95%% interval of the mean per-probe difference excludes 0. Pinned: the best row's "
+         "system probes passed (memdecayd never evicts a system page; a miss is the model's "
+         "answer changing with the rest of the cache)." % len(
+             {c["vs"] for c in comps}), "",
+         "| comparison | best row | budget | retention W/T/L | Δ log-prob W/T/L | pinned |",
+         "|---|---|---:|---:|---:|---:|"]
+    groups = (("online", "online", "online vs online"), ("oneshot", "oneshot",
+              "one-shot vs one-shot"), ("online", "oneshot", "MemDecay online vs kvpress one-shot"))
+    for mode, vs_mode, title in groups:
+        cs = [c for c in comps if c["mode"] == mode and c["vs_mode"] == vs_mode]
+        if not cs:
+            continue
+        row = cs[0]["row"]
+        for b in S["budgets"] + [None]:
+            vs = [verdict(c) for c in cs if c["budget"] == b]
+            cnt = lambda i: "%d / %d / %d" % tuple(sum(1 for v in vs if v[i] == k)  # noqa: E731
+                                                   for k in ("win", "tie", "loss"))
+            c0 = cell(S, row, mode, b)
+            L.append("| %s | `%s` | %s | %s | %s | %d/%d |" % (
+                title, row, "pooled" if b is None else "%d%%" % round(100 * b), cnt(0), cnt(1),
+                c0["pinned"][0], c0["pinned"][1]))
+    return L + [""]
+
+
 def tables(S, comps, img_rel=None):
-    L = []
+    L = headline(S, comps) if comps else []
     bs = S["budgets"]
     head_b = " | ".join("%d%%" % round(100 * b) for b in bs)
     for mode in S["modes"]:
@@ -377,6 +420,22 @@ def losses_section(out):
     return L
 
 
+def llama_section(out):
+    """MemDecay's rows on llama.cpp (bench/kvpress/run_llama.sh, llama_rows.py), if run."""
+    path = os.path.join(out, "llama.json")
+    if not os.path.exists(path):
+        return []
+    import llama_rows
+    return ["### The same MemDecay rows on llama.cpp", "",
+            "memdecayd's policies through `memdecay-agent` (llama.cpp with the Q4_1 GGUF the HF "
+            "weights were converted from) on the traces the rows above ran on, at the same "
+            "budgets, by `bench/kvpress/run_llama.sh` (`llama.json`). The agent feeds the trace "
+            "message by message, like the online mode, and decodes answers of up to 24 tokens "
+            "(16 above); its full-cache ceiling is its own, so it scores a different set of "
+            "probes. kvpress's presses have no llama.cpp counterpart.", "",
+            llama_rows.markdown(path)]
+
+
 def write_docs(S, comps, out):
     res = os.path.join(ROOT, "docs", "results.md")
     img = os.path.join(ROOT, "docs", "img")
@@ -405,6 +464,7 @@ def write_docs(S, comps, out):
          ""]
     L += tables(S, comps, "img")
     L += losses_section(out)
+    L += llama_section(out)
     L += [END]
     text = open(res).read() if os.path.exists(res) else ""
     if BEGIN in text and END in text:
