@@ -478,7 +478,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 trace, budget 0.5")
-    ap.add_argument("--full", action="store_true", help="the committed run: 10 traces, 3 budgets")
+    ap.add_argument("--full", action="store_true", help="the full run: 3 budgets, 10 traces unless --traces "
+                    "(run_full.sh: --traces 19 --min-pass 5)")
     ap.add_argument("--shard", default="0/1", help="K/N: run traces K, K+N, ... (N processes "
                     "share one --out; each starts its own daemons)")
     ap.add_argument("--traces", type=int, help="number of evaluation traces")
