@@ -68,12 +68,39 @@ def convert(gguf, out):
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
+        plain_tokenizer_config(os.path.join(tmp, "tokenizer_config.json"))
         if os.path.exists(out):
             shutil.rmtree(out)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# What the GGUF loader of transformers 5.2 writes for a byte-level BPE vocabulary
+# ("gpt2"), beside the right tokenizer.json: a CodeLlama class with its infill tokens.
+# Newer transformers (vLLM's venv has 5.19) honour the class and tokenize as
+# sentencepiece, with an <|endoftext|> between every two words; older ones read
+# tokenizer.json alone.  The class that reads tokenizer.json as it is, in both:
+FAST_CLASS = "PreTrainedTokenizerFast"
+CODELLAMA_KEYS = ("prefix_token", "middle_token", "suffix_token", "eot_token", "fill_token",
+                  "legacy", "use_default_system_prompt")
+
+
+def plain_tokenizer_config(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    if cfg.get("tokenizer_class") != "CodeLlamaTokenizer":
+        return
+    infill = {cfg.get(k) for k in CODELLAMA_KEYS}
+    for k in CODELLAMA_KEYS:
+        cfg.pop(k, None)
+    if isinstance(cfg.get("extra_special_tokens"), list):
+        cfg["extra_special_tokens"] = [t for t in cfg["extra_special_tokens"] if t not in infill]
+    cfg["tokenizer_class"] = FAST_CLASS
+    with open(path + ".tmp", "w") as f:
+        json.dump(cfg, f, indent=2, ensure_ascii=False)
+    os.replace(path + ".tmp", path)
 
 
 def check(out):

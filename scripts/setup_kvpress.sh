@@ -41,9 +41,11 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 	echo "$want" >"$STAMP"
 fi
 
-# The model: converted once, checked once (the stamp names the GGUF it came from).
+# The model: converted once, checked once.  The stamp names the GGUF it came from
+# and the converter that made it, so a fixed converter converts again.
 MSTAMP=$MODEL_DIR/.from-gguf
-if [ ! -f "$MSTAMP" ] || [ "$(cat "$MSTAMP")" != "$MEMDECAY_LLAMA_MODEL_SHA256" ]; then
+want_model="$MEMDECAY_LLAMA_MODEL_SHA256 $(sha256sum "$ROOT/scripts/convert_gguf_hf.py" | cut -d' ' -f1)"
+if [ ! -f "$MSTAMP" ] || [ "$(cat "$MSTAMP")" != "$want_model" ]; then
 	log "converting $MEMDECAY_LLAMA_MODEL to $MODEL_DIR (about 1 min)"
 	rm -rf "$MODEL_DIR"
 	HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error \
@@ -51,7 +53,7 @@ if [ ! -f "$MSTAMP" ] || [ "$(cat "$MSTAMP")" != "$MEMDECAY_LLAMA_MODEL_SHA256" 
 		--out "$MODEL_DIR" --check >"$DEPS/kvpress-convert.log" 2>&1 ||
 		{ log "conversion failed; the end of $DEPS/kvpress-convert.log:"; tail -20 "$DEPS/kvpress-convert.log" >&2; exit 1; }
 	tail -1 "$DEPS/kvpress-convert.log" >&2
-	echo "$MEMDECAY_LLAMA_MODEL_SHA256" >"$MSTAMP"
+	echo "$want_model" >"$MSTAMP"
 fi
 
 cat >"$DEPS/kvpress.env" <<ENV
