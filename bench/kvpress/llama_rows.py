@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench", "probes"))
 import probelib  # noqa: E402
 import stats  # noqa: E402
+import jsonl  # noqa: E402  (bench/kvpress/jsonl.py)
 
 # run.py's policy → the kvpress report's row name
 ROWS = collections.OrderedDict([
@@ -78,14 +79,7 @@ def kvpress_traces(path):
     run.py screens traces by their full-cache passes, so the folder holds more than ran."""
     if not path or not os.path.exists(path):
         return None
-    names = set()
-    with open(path) as f:
-        for line in f:
-            try:
-                names.add(json.loads(line)["trace"])
-            except (ValueError, KeyError):
-                continue            # a line cut off by a stop
-    return names
+    return {o["trace"] for o in jsonl.records(path) if "trace" in o}
 
 
 def summarise(runs_path, traces_dir, only=None):

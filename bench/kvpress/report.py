@@ -23,6 +23,8 @@ import sys
 
 import numpy as np
 
+import jsonl
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 B = 10000
@@ -57,25 +59,11 @@ def boot(xs, rng):
 
 
 def load(out):
-    runs = []
-    with open(os.path.join(out, "runs.jsonl")) as f:
-        for line in f:
-            try:
-                runs.append(json.loads(line))
-            except ValueError:
-                pass                    # a line cut off by a stop
     seen = {}
-    for r in runs:                       # a rerun of the same cell replaces the earlier one
+    for r in jsonl.records(os.path.join(out, "runs.jsonl")):
+        # a rerun of the same cell replaces the earlier one
         seen[(r["trace"], r["row"], r["mode"], r["budget"])] = r
-    refs = {}
-    p = os.path.join(out, "reference.jsonl")
-    if os.path.exists(p):
-        for line in open(p):
-            try:
-                o = json.loads(line)
-            except ValueError:
-                continue
-            refs[o["trace"]] = o
+    refs = {o["trace"]: o for o in jsonl.records(os.path.join(out, "reference.jsonl"))}
     return list(seen.values()), refs
 
 
@@ -122,13 +110,13 @@ def summarise(runs, refs):
                                 for reg in sorted({p["region"] for p in sel})}})
     ran = {r["trace"] for r in runs}
     used = [o for t, o in refs.items() if t in ran]
+    min_pass = max((o.get("min_pass", 0) for o in refs.values()), default=0)
     return {"rows": rows, "modes": modes, "budgets": budgets, "cells": cells,
             "traces": len(ran),
             "screened_out": sorted(t for t, o in refs.items() if t not in ran),
-            "min_pass": max((o.get("min_pass", 0) for o in refs.values()), default=0),
+            "min_pass": min_pass,
             "below_screen_kept": sorted(t for t, o in refs.items() if t in ran and
-                                        sum(p["passed"] for p in o["probes"])
-                                        < max(x.get("min_pass", 0) for x in refs.values())),
+                                        sum(p["passed"] for p in o["probes"]) < min_pass),
             "trace_tokens": sorted({r["trace_tokens"] for r in runs}),
             "ceiling": [sum(p["passed"] for o in used for p in o["probes"]),
                         sum(len(o["probes"]) for o in used)],

@@ -51,6 +51,7 @@ from memdecay import Region  # noqa: E402
 from memdecay_transformers import Feeder, MemDecayOnline, MemDecayPress, encode_messages  # noqa: E402
 from memdecay_transformers.chat import question_ids  # noqa: E402
 from memdecay_transformers.daemon import Daemon  # noqa: E402
+import jsonl  # noqa: E402  (bench/kvpress/jsonl.py)
 
 MAX_NEW = 16          # greedy answer length, as memdecay-agent's default
 TRACE_SEED = 11       # evaluation traces short-s11000…: never used for tuning
@@ -447,31 +448,16 @@ def check_batch(m, tr):
 
 
 def done_keys(path):
-    keys = set()
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue            # a line cut off by a stop: that run is redone
-                keys.add((o["trace"], o["row"], o["mode"], o["budget"]))
-    return keys
+    """Finished runs; a line cut off by a stop is skipped, so that run is redone."""
+    return {(o["trace"], o["row"], o["mode"], o["budget"]) for o in jsonl.records(path)}
 
 
 def screened_out(path, min_pass):
     """Traces an earlier run screened out at this --min-pass (reference.jsonl)."""
-    out = set()
-    if min_pass and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue
-                if sum(p["passed"] for p in o["probes"]) < min_pass:
-                    out.add(o["trace"])
-    return out
+    if not min_pass:
+        return set()
+    return {o["trace"] for o in jsonl.records(path)
+            if sum(p["passed"] for p in o["probes"]) < min_pass}
 
 
 def main():
