@@ -36,18 +36,18 @@ REGION_NAMES = {int(r): r.name.lower() for r in Region}
 
 def answer_span(m, tr, answer):
     """Token positions whose text covers the first occurrence of `answer` in the trace."""
-    offs, text = [], ""
+    spans, text = [], ""
     for i in tr.ids:
-        offs.append(len(text))
-        text += m.tok.decode([i])
+        piece = m.tok.decode([i])
+        spans.append((len(text), len(text) + len(piece)))
+        text += piece
     at = text.find(answer)
     if at < 0:
         at = text.lower().find(answer.lower())
     if at < 0:
         return []
     end = at + len(answer)
-    return [j for j, o in enumerate(offs)
-            if o < end and o + len(m.tok.decode([tr.ids[j]])) > at]
+    return [j for j, (a, b) in enumerate(spans) if a < end and b > at]
 
 
 def replay(m, tr, row, mode, frac, d, ctl):
