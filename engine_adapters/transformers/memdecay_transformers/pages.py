@@ -163,8 +163,7 @@ class LayerHeartbeat:
         self.handles = []
 
     def _beat(self, *_):
-        if self.client is not None and self.client.attached:
-            self.client.check()
+        beat(self.client)
 
     def __enter__(self):
         self.handles = [m.register_forward_pre_hook(self._beat) for m in self.layers]
@@ -174,6 +173,12 @@ class LayerHeartbeat:
         for h in self.handles:
             h.remove()
         self.handles = []
+
+
+def beat(client):
+    """One heartbeat (and the liveness check that comes with it) while attached."""
+    if client is not None and client.attached:
+        client.check()
 
 
 def _decoder_layers(model):

@@ -35,7 +35,7 @@ from kvpress.utils import compute_n_kept
 
 import memdecay
 from memdecay import Region
-from .pages import SeqPages, set_budget
+from .pages import SeqPages, beat, set_budget
 
 log = logging.getLogger("memdecay_transformers")
 
@@ -144,8 +144,7 @@ class MemDecayPress(ScorerPress):
         if layer == 0:
             self._begin(k_len)
         # a heartbeat per layer: a long forward is not a hung engine (pages.LayerHeartbeat)
-        if self.client.attached:
-            self.client.check()
+        beat(self.client)
         q_pos = self._q_positions(hidden_states.shape[1])
         if (attentions is not None and attentions.shape[-2] == len(q_pos)
                 and attentions.shape[-1] == k_len):
