@@ -1,8 +1,9 @@
 /*
  * check_loop.c — both event-loop backends against the same expectations:
  * the periodic timer fires on time, eventfd reads complete and re-arm,
- * accept and recv deliver EOF, unwatching inside a callback is safe, and a
- * blocking poll with nothing to do sleeps instead of spinning.
+ * accept and recv deliver EOF, unwatching inside a callback is safe, a
+ * blocking poll with nothing to do sleeps instead of spinning, and a nap
+ * (md__loop_poll_max) returns after its own short wait whatever the timer's.
  */
 #include <check.h>
 #include "test_util.h"
@@ -138,6 +139,48 @@ START_TEST(idle_poll_sleeps)
 }
 END_TEST
 
+/* The daemon's nap: 1 ms waits under a 100 ms timer.  Each returns after
+ * about 1 ms with nothing done (not at the timer, not at once), an eventfd
+ * write still ends one early, and the timer still fires on time. */
+START_TEST(nap_waits_its_own_deadline)
+{
+	struct md__loop *l = new_loop(_i);
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct efd_state s = { 0 };
+	s.w = md__loop_watch(l, fd, MD__WATCH_READ, 8, efd_cb, &s);
+	ticks = 0;
+	md__loop_set_timer(l, 100, tick, NULL);
+	uint64_t t0 = md_now_ns();
+	int naps = 0;
+	while (md_now_ns() - t0 < 50000000ull) { /* 50 ms of 1 ms naps */
+		ck_assert_int_ge(md__loop_poll_max(l, 1000000ull), 0);
+		naps++;
+	}
+	/* ~50 naps; fewer means a wait overran its 1 ms (e.g. slept to the
+	 * timer), far more means it did not wait at all */
+	ck_assert_int_ge(naps, 10);
+	ck_assert_int_le(naps, 60);
+	ck_assert_int_eq(ticks, 0);
+	ck_assert_int_eq(s.calls, 0);
+	/* a doorbell ends a nap early */
+	uint64_t one = 1;
+	ck_assert_int_eq(write(fd, &one, 8), 8);
+	uint64_t t1 = md_now_ns();
+	while (s.calls == 0)
+		ck_assert_int_ge(md__loop_poll_max(l, 500000000ull), 0);
+	ck_assert_uint_lt(md_now_ns() - t1, 100000000ull);
+	/* the timer still fires, within the nap's cap */
+	while (ticks == 0)
+		ck_assert_int_ge(md__loop_poll_max(l, 10000000000ull), 0);
+	uint64_t ms = (md_now_ns() - t0) / 1000000;
+	ck_assert_uint_ge(ms, 95);
+	ck_assert_uint_le(ms, 1000);
+	md__loop_unwatch(l, s.w);
+	close(fd);
+	md__loop_free(l);
+}
+END_TEST
+
 struct sock_state {
 	int accepted_fd;
 	int recv_bytes;
@@ -218,6 +261,7 @@ static Suite *loop_suite(void)
 	tcase_add_loop_test(tc, eventfd_reads_rearm, 0, 2);
 	tcase_add_loop_test(tc, unwatch_inside_callback, 0, 2);
 	tcase_add_loop_test(tc, idle_poll_sleeps, 0, 2);
+	tcase_add_loop_test(tc, nap_waits_its_own_deadline, 0, 2);
 	tcase_add_loop_test(tc, accept_recv_eof, 0, 2);
 	tcase_add_test(tc, auto_backend_named);
 	suite_add_tcase(s, tc);

@@ -42,6 +42,7 @@ START_TEST(test_defaults)
 	ck_assert_double_eq(P.low_watermark, 1.0);
 	ck_assert_uint_eq(P.heartbeat_timeout_ms, 3000);
 	ck_assert_uint_eq(P.violation_limit, 1000);
+	ck_assert_uint_eq(P.nap_ms, 50);
 	ck_assert_uint_eq(P.policy, MD_POLICY_MEMDECAY);
 	ck_assert_uint_eq(P.norm, MD_NORM_RAW);
 }
@@ -66,6 +67,8 @@ START_TEST(test_set_good)
 	ck_assert_uint_eq(P.random_seed, UINT64_MAX);
 	ck_assert_int_eq(md__params_set(&P, "h2o.recent_fraction", "0", err, sizeof err), 0);
 	ck_assert_int_eq(md__params_set(&P, "memdecay.beta", "0", err, sizeof err), 0);
+	ck_assert_int_eq(md__params_set(&P, "daemon.nap_ms", "0", err, sizeof err), 0);
+	ck_assert_uint_eq(P.nap_ms, 0);
 }
 END_TEST
 
@@ -105,6 +108,8 @@ START_TEST(test_set_bad_values)
 	expect_bad("protect_recent", "1.5", -EINVAL);
 	expect_bad("protect_recent", "", -EINVAL);
 	expect_bad("daemon.heartbeat_timeout_ms", "0", -EINVAL);
+	expect_bad("daemon.nap_ms", "10001", -EINVAL);
+	expect_bad("daemon.nap_ms", "-1", -EINVAL);
 	expect_bad("random.seed", "99999999999999999999999", -EINVAL);
 }
 END_TEST
@@ -224,13 +229,13 @@ START_TEST(test_get_foreach)
 	ck_assert_str_eq(buf, "memdecay");
 	struct visit v = {0, 0, 0};
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 8 * 3 + 20); /* 20 scalar keys (params.c) */
+	ck_assert_int_eq(v.n, 8 * 3 + 21); /* 21 scalar keys (params.c) */
 	ck_assert_int_eq(v.saw_alpha, 1);
 	ck_assert_int_eq(v.saw_code, 0);
 	md__params_set(&P, "region.8.name", "code", err, sizeof err);
 	memset(&v, 0, sizeof v);
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 9 * 3 + 20 + 1);
+	ck_assert_int_eq(v.n, 9 * 3 + 21 + 1);
 	ck_assert_int_eq(v.saw_code, 1);
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_NORM), "memdecay-norm");
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_TURN), "memdecay-turn");

@@ -14,9 +14,15 @@ if(TARGET md_loop)
 endif()
 
 if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay-loadgen)
+  # The engine of the `nap` scenario (daemon.nap_ms): steps on a fixed period
+  # and reads the daemon's sleeping flag (libmemdecay's internals).
+  add_executable(nap_engine ${CMAKE_CURRENT_SOURCE_DIR}/nap_engine.c)
+  target_link_libraries(nap_engine PRIVATE memdecay_static)
+  target_include_directories(nap_engine PRIVATE ${PROJECT_SOURCE_DIR}/engine_adapters/libmemdecay/src)
+  target_compile_definitions(nap_engine PRIVATE _GNU_SOURCE)
   set(_md_suite ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_suite.sh)
   foreach(backend uring epoll)
-    foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown)
+    foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown nap)
       add_test(NAME daemon_${scenario}_${backend}
         COMMAND bash ${_md_suite} ${scenario} ${backend} $<TARGET_FILE_DIR:memdecayd>)
       set_tests_properties(daemon_${scenario}_${backend} PROPERTIES TIMEOUT 120

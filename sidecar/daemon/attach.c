@@ -119,6 +119,11 @@ static void bell_cb(struct md__loop *l, struct md__watch *w, int res, const void
 {
 	struct md__peer *e = ud;
 	e->d->idle_wake = 1;
+	if (res == (int)sizeof(uint64_t)) {
+		uint64_t v;
+		memcpy(&v, buf, sizeof(v));
+		e->doorbells_in += v; /* writes since the last read */
+	}
 	if (res < 0 && res != -EAGAIN && res != -EINTR)
 		md__warn("engine %u (%s): doorbell read failed: %s", e->id, e->name, strerror(-res));
 }

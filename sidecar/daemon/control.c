@@ -402,7 +402,7 @@ static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct m
 			"},\"pages_live\":%llu,\"pages_evicting\":%llu,\"tokens_live\":%llu,"
 			"\"seqs_live\":%llu,\"budget_engine_pages\":%llu,\"decisions\":%llu,"
 			"\"decision_ns_total\":%llu,\"cmds_sent\":%llu,\"cmds_pending\":%zu,"
-			"\"cmd_ring_full\":%llu,\"doorbells\":%llu,\"resyncs\":%llu,"
+			"\"cmd_ring_full\":%llu,\"doorbells\":%llu,\"doorbells_in\":%llu,\"resyncs\":%llu,"
 			"\"resync_pages\":%llu,\"resync_pages_skipped\":%llu,"
 			"\"resync_last_ns\":%llu,\"resync_ns_total\":%llu,\"resyncs_deferred\":%llu,"
 			"\"ingest_budget_cut\":%llu,\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
@@ -412,7 +412,8 @@ static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct m
 			(unsigned long long)st.budget_engine_pages, (unsigned long long)st.decisions,
 			(unsigned long long)st.decision_ns_total, (unsigned long long)e->cmds_sent,
 			e->pending_len, (unsigned long long)e->cmd_ring_full,
-			(unsigned long long)e->doorbells, (unsigned long long)e->resyncs,
+			(unsigned long long)e->doorbells, (unsigned long long)e->doorbells_in,
+			(unsigned long long)e->resyncs,
 			(unsigned long long)e->resync_pages,
 			(unsigned long long)e->resync_pages_skipped,
 			(unsigned long long)e->resync_last_ns, (unsigned long long)e->resync_ns_total,
@@ -483,13 +484,14 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
 				   "\"connections\":%d,\"connections_refused\":%llu,\"connections_evicted\":%llu,"
 				   "\"iterations\":%llu,"
-				   "\"sleeps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
+				   "\"sleeps\":%llu,\"naps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
 				(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
 				d->n_engines, (unsigned long long)d->attaches,
 				(unsigned long long)d->attach_refused, d->n_conns,
 				(unsigned long long)d->conns_refused,
 				(unsigned long long)d->conns_evicted, (unsigned long long)d->iterations,
-				(unsigned long long)d->sleeps, (unsigned long long)d->reloads,
+				(unsigned long long)d->sleeps, (unsigned long long)d->naps,
+				(unsigned long long)d->reloads,
 				(unsigned long long)d->reload_failures);
 		for (int k = 0; k < MD__DETACH_COUNT; k++)
 			md__sbuf_printf(b, "%s\"%s\":%llu", k ? "," : "", md__detach_reason_name(k),
@@ -627,6 +629,9 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	md__sbuf_printf(b, "memdecay_control_errors_total %llu\n", (unsigned long long)d->ctl_errors);
 	prom_head(b, "memdecay_loop_sleeps_total", "counter", "Times the daemon went idle.");
 	md__sbuf_printf(b, "memdecay_loop_sleeps_total %llu\n", (unsigned long long)d->sleeps);
+	prom_head(b, "memdecay_loop_naps_total", "counter",
+		  "Short waits (daemon.nap_ms) with the sleeping flag down.");
+	md__sbuf_printf(b, "memdecay_loop_naps_total %llu\n", (unsigned long long)d->naps);
 
 #define PER_ENGINE(metric, type, help, expr)                                   \
 	do {                                                                   \

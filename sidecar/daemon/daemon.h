@@ -42,6 +42,7 @@
 #define MD__HOST_CHUNK 64u          /* records per md__host_ingest_batch call */
 #define MD__DECIDE_COALESCE_NS 500000ull /* decision passes while records flow */
 #define MD__TICK_MS 100u
+#define MD__NAP_TICK_NS 1000000ull   /* a nap's wait: how late a napping daemon sees a record */
 #define MD__OPERATOR_IDLE_NS (30ull * 1000000000ull)
 #define MD__PAGE_READ_TRIES 16
 
@@ -142,7 +143,8 @@ struct md__peer {
 	/* counters */
 	uint64_t records, rejected[MD__REJ_COUNT], torn, bad_tail, violations;
 	uint64_t resyncs, resync_pages, resync_pages_skipped, cmds_sent, cmd_ring_full;
-	uint64_t doorbells;
+	uint64_t doorbells;                /* rung to the engine */
+	uint64_t doorbells_in;             /* rung by the engine (eventfd counts read) */
 	int detaching;
 	/* calibration (sidecar/calib) and the optional CUDA stats ring (cuda_transport.c) */
 	struct md__calib_engine calib;
@@ -176,7 +178,8 @@ struct md__daemon {
 	int dirty;                    /* state changed: run decisions */
 	int idle_wake;                /* a doorbell or socket event arrived */
 	uint64_t start_ns;
-	uint64_t iterations, sleeps;
+	uint64_t iterations, sleeps, naps;
+	uint64_t last_work_ns;        /* last iteration that found engine work (daemon.nap_ms) */
 	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
 	uint64_t conns_refused, conns_evicted, ctl_requests, ctl_errors, reloads, reload_failures;
 	struct md__calib_live *calib;      /* sidecar/calib: trackers, statistics, journal */

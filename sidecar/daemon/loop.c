@@ -176,12 +176,14 @@ static int run_timer_if_due(struct md__loop *l)
 	return 1;
 }
 
-int md__loop_poll(struct md__loop *l, int block)
+static int loop_poll(struct md__loop *l, int block, int64_t max_wait_ns)
 {
-	int64_t timeout_ns = -1;
+	int64_t timeout_ns = max_wait_ns;
 	if (l->timer_fn) {
 		uint64_t now = md_now_ns();
-		timeout_ns = now >= l->timer_deadline_ns ? 0 : (int64_t)(l->timer_deadline_ns - now);
+		int64_t t = now >= l->timer_deadline_ns ? 0 : (int64_t)(l->timer_deadline_ns - now);
+		if (timeout_ns < 0 || t < timeout_ns)
+			timeout_ns = t;
 	}
 	if (!block)
 		timeout_ns = 0;
@@ -191,4 +193,16 @@ int md__loop_poll(struct md__loop *l, int block)
 	if (l->dead_count)
 		sweep(l);
 	return n;
+}
+
+int md__loop_poll(struct md__loop *l, int block)
+{
+	return loop_poll(l, block, -1);
+}
+
+int md__loop_poll_max(struct md__loop *l, uint64_t max_wait_ns)
+{
+	if (max_wait_ns > (uint64_t)INT64_MAX)
+		max_wait_ns = (uint64_t)INT64_MAX;
+	return loop_poll(l, 1, (int64_t)max_wait_ns);
 }

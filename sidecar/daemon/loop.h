@@ -61,5 +61,8 @@ int md__loop_set_timer(struct md__loop *l, uint32_t interval_ms, md__timer_fn *f
  * until at least one completion or the timer fires.  Returns the number of
  * callbacks run, or -errno. */
 int md__loop_poll(struct md__loop *l, int block);
+/* md__loop_poll(l, 1) that also returns once max_wait_ns have passed with
+ * nothing to do (returns 0 then): the daemon's nap between engine steps. */
+int md__loop_poll_max(struct md__loop *l, uint64_t max_wait_ns);
 
 #endif

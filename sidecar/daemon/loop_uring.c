@@ -1,8 +1,12 @@
 /*
  * loop_uring.c — io_uring backend: every watch is one outstanding SQE
- * (accept, recv or read) whose user_data is the watch; the loop's wake-up
- * deadline is one IORING_OP_TIMEOUT.  A deleted watch gets a cancel and is
- * freed by loop.c once its last CQE (usually -ECANCELED) came back.
+ * (accept, recv or read) whose user_data is the watch.  A blocking wait with
+ * a deadline (the tick, or a nap's 1 ms) passes it to io_uring_enter itself
+ * (io_uring_submit_and_wait_timeout: IORING_ENTER_EXT_ARG, or on kernels
+ * before 5.11 liburing's own timeout SQE), so every wait gets exactly its
+ * own deadline and no timeout request outlives it.  A deleted watch gets a
+ * cancel and is freed by loop.c once its last CQE (usually -ECANCELED) came
+ * back.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,13 +16,10 @@
 #include "loop_backend.h"
 
 #define URING_ENTRIES 1024u
-#define UD_IGNORE 0ull   /* cancel requests */
-#define UD_TIMER 1ull    /* watch pointers are never 0 or 1 */
+#define UD_IGNORE 0ull   /* cancel requests; watch pointers are never 0 */
 
 struct uring_impl {
 	struct io_uring ring;
-	struct __kernel_timespec ts;
-	int timer_inflight;
 };
 
 static struct io_uring_sqe *get_sqe(struct uring_impl *u)
@@ -91,21 +92,17 @@ static void uring_disarm(struct md__loop *l, struct md__watch *w)
 static int uring_poll(struct md__loop *l, int block, int64_t timeout_ns)
 {
 	struct uring_impl *u = l->impl;
-	if (block && timeout_ns >= 0 && !u->timer_inflight) {
-		struct io_uring_sqe *sqe = get_sqe(u);
-		if (sqe) {
-			u->ts.tv_sec = timeout_ns / 1000000000ll;
-			u->ts.tv_nsec = timeout_ns % 1000000000ll;
-			io_uring_prep_timeout(sqe, &u->ts, 0, 0);
-			io_uring_sqe_set_data64(sqe, UD_TIMER);
-			u->timer_inflight = 1;
-		}
-	}
 	int rc;
-	if (block)
+	if (block && timeout_ns >= 0) {
+		struct __kernel_timespec ts = { .tv_sec = timeout_ns / 1000000000ll,
+						.tv_nsec = timeout_ns % 1000000000ll };
+		struct io_uring_cqe *first;
+		rc = io_uring_submit_and_wait_timeout(&u->ring, &first, 1, &ts, NULL);
+	} else if (block) {
 		rc = io_uring_submit_and_wait(&u->ring, 1);
-	else
+	} else {
 		rc = io_uring_sq_ready(&u->ring) ? io_uring_submit(&u->ring) : 0;
+	}
 	if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -EBUSY)
 		return rc;
 
@@ -117,10 +114,6 @@ static int uring_poll(struct md__loop *l, int block, int64_t timeout_ns)
 		io_uring_cqe_seen(&u->ring, cqe);
 		if (ud == UD_IGNORE)
 			continue;
-		if (ud == UD_TIMER) {
-			u->timer_inflight = 0;
-			continue;
-		}
 		struct md__watch *w = (struct md__watch *)(uintptr_t)ud;
 		w->inflight = 0;
 		if (w->dead)

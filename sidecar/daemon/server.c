@@ -3,11 +3,15 @@
  * main loop with the sleep protocol.
  *
  * Main loop: service every engine (ingest a bounded batch, decide, push
- * commands) and poll the event loop without blocking while there is work;
- * when an iteration finds none, set `sleeping` in every daemon segment, fence,
- * re-check every ring (an engine that published just before seeing the flag
- * would not ring), and only then block on doorbells, sockets, signals and the
- * 100 ms tick.  The daemon never busy-spins when idle.
+ * commands) and poll the event loop without blocking while there is work.
+ * When an iteration finds none within daemon.nap_ms of the last one that did,
+ * the daemon naps: it blocks for at most MD__NAP_TICK_NS (1 ms) with its
+ * `sleeping` flags still 0, so an engine stepping every few ms rings no
+ * doorbell.  After that grace it sets `sleeping` in every daemon segment,
+ * fences, re-checks every ring (an engine that published just before seeing
+ * the flag would not ring), and only then blocks on doorbells, sockets,
+ * signals and the 100 ms tick.  The daemon never busy-spins: a nap is a
+ * blocking wait, and an idle daemon (no record for nap_ms) sleeps.
  *
  * Connections are non-blocking with per-connection buffers: a line longer than
  * MD_CTL_LINE_MAX, binary bytes, or more than MD__CONN_MAX connections get an
@@ -658,11 +662,21 @@ static void flush_all(struct md__daemon *d)
 	}
 }
 
+/* 1 while the daemon should nap rather than sleep: daemon.nap_ms not yet
+ * over since the last iteration that found engine work. */
+static int nap_due(struct md__daemon *d)
+{
+	uint64_t nap_ns = (uint64_t)md__daemon_params(d)->nap_ms * 1000000ull;
+	return nap_ns && d->n_engines && md_now_ns() - d->last_work_ns < nap_ns;
+}
+
 void md__server_run(struct md__daemon *d)
 {
 	while (!d->stop) {
 		d->iterations++;
 		int work = md__peers_service(d);
+		if (work)
+			d->last_work_ns = md_now_ns();
 		flush_all(d);
 		int rc = md__loop_poll(d->loop, 0);
 		if (rc < 0) {
@@ -671,6 +685,18 @@ void md__server_run(struct md__daemon *d)
 		}
 		if (work || d->stop)
 			continue;
+		if (nap_due(d)) {
+			/* Nap: `sleeping` stays 0, so an engine that keeps stepping
+			 * rings no doorbell; its next records are found by the
+			 * iteration after this wait (at most MD__NAP_TICK_NS). */
+			d->naps++;
+			rc = md__loop_poll_max(d->loop, MD__NAP_TICK_NS);
+			if (rc < 0) {
+				md__err("event loop failed: %s", strerror(-rc));
+				break;
+			}
+			continue;
+		}
 		md__peers_set_sleeping(d, 1); /* includes the full fence */
 		if (md__peers_any_work(d)) {
 			md__peers_set_sleeping(d, 0);

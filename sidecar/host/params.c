@@ -51,6 +51,7 @@ void md__params_defaults(struct md__params *p)
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
+	p->nap_ms = 50;
 	p->max_engines = 256;
 	p->max_engines_per_uid = 64;
 	p->max_segment_bytes_per_uid = 4ull << 30;
@@ -164,6 +165,8 @@ static const struct scalar_key scalar_keys[] = {
 	{"daemon.heartbeat_timeout_ms", K_U32, OFF(heartbeat_timeout_ms), 0, 0, 0, 0, 1, UINT32_MAX},
 	/* 0: never detach an engine for violations */
 	{"daemon.violation_limit", K_U32, OFF(violation_limit), 0, 0, 0, 0, 0, UINT32_MAX},
+	/* 0: sleep on the doorbell as soon as the rings are drained */
+	{"daemon.nap_ms", K_U32, OFF(nap_ms), 0, 0, 0, 0, 0, 10000},
 	{"daemon.max_engines", K_U32, OFF(max_engines), 0, 0, 0, 0, 1, 65536},
 	{"daemon.max_engines_per_uid", K_U32, OFF(max_engines_per_uid), 0, 0, 0, 0, 1, 65536},
 	{"daemon.max_segment_bytes_per_uid", K_U64, OFF(max_segment_bytes_per_uid), 0, 0, 0, 0,

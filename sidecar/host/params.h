@@ -39,6 +39,7 @@ struct md__params {
 	/* daemon */
 	uint32_t heartbeat_timeout_ms;        /* daemon.heartbeat_timeout_ms */
 	uint32_t violation_limit;             /* daemon.violation_limit */
+	uint32_t nap_ms;                      /* daemon.nap_ms: poll, flag down, this long after work */
 	/* what one peer may take (docs/reliability.md, "Peers") */
 	uint32_t max_engines;                 /* daemon.max_engines */
 	uint32_t max_engines_per_uid;         /* daemon.max_engines_per_uid */

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # daemon_suite.sh SCENARIO BACKEND BINDIR — one memdecayd integration scenario.
 # Each run starts its own daemon (--event-loop BACKEND) on a socket in a fresh
-# mktemp -d directory and drives it with real memdecay-loadgen processes and
-# memdecayctl.  Scenarios: basic ctl_errors robustness reload lambda policy
-# eight kill9 shutdown.  Exit 0 = pass; on failure the daemon log is printed.
+# mktemp -d directory and drives it with real memdecay-loadgen processes (and
+# nap_engine, tests/nap_engine.c) and memdecayctl.  Scenarios: basic
+# ctl_errors robustness reload lambda policy eight kill9 shutdown nap.
+# Exit 0 = pass; on failure the daemon log is printed.
 set -u
 SCENARIO=$1
 BE=$2
@@ -329,6 +330,81 @@ shutdown)
 	kill -0 "$LG_lg1" 2>/dev/null || fail "engine died with the daemon (should fail open)"
 	stop_loadgen lg1
 	check_invariants lg1 0
+	;;
+
+nap)
+	# daemon.nap_ms (default 50): an engine stepping every 2 ms finds the
+	# daemon napping (flag down) and rings (nearly) no doorbell, and every
+	# record is applied; once the steps stop, the flag goes up after the
+	# grace and the idle daemon sleeps (no more naps).  Then, with
+	# daemon.nap_ms=0 set, the daemon sleeps between the steps and the
+	# engine rings on most of them (the old behaviour, and proof that the
+	# first half measured something).
+	nap_run() { # NAME: nap_engine's line in $D/NAME.out, stats in NAME.a/b.json
+		"$BIN/nap_engine" "$SOCK" 200 2000 64 400 >"$D/$1.out" 2>"$D/$1.err" &
+		local pid=$!
+		PIDS+=("$pid")
+		for _ in $(seq 400); do
+			grep -q published= "$D/$1.out" && break
+			kill -0 "$pid" 2>/dev/null || fail "nap_engine $1 died: $(cat "$D/$1.err")"
+			sleep 0.05
+		done
+		grep -q published= "$D/$1.out" || fail "nap_engine $1 did not finish"
+		ctl --json stats >"$D/$1.a.json" || fail "stats failed"
+		sleep 0.3
+		ctl --json stats >"$D/$1.b.json" || fail "stats failed"
+		kill -TERM "$pid"
+		wait "$pid" || fail "nap_engine $1 exit status $?: $(cat "$D/$1.err")"
+	}
+	nap_check() { # NAME MODE(nap|sleep)
+		python3 - "$D/$1.out" "$D/$1.a.json" "$D/$1.b.json" "$2" <<'PYEOF'
+import json, sys
+line = dict(kv.split("=") for kv in open(sys.argv[1]).read().split())
+a, b = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+mode = sys.argv[4]
+e = [x for x in a["engines"] if x["name"] == "nap-engine"]
+errs = []
+if len(e) != 1:
+    errs.append("engine not in stats: %s" % a["engines"])
+else:
+    e = e[0]
+    pub = int(line["published"])
+    if e["records"] != pub or int(line["attn_dropped"]) or int(line["lifecycle_dropped"]):
+        errs.append("records %d applied of %d published (dropped %s/%s)"
+                    % (e["records"], pub, line["attn_dropped"], line["lifecycle_dropped"]))
+    if sum(e["rejected"].values()) or e["torn"] or e["violations"]:
+        errs.append("rejected %s torn %d violations %d" % (e["rejected"], e["torn"], e["violations"]))
+    bells, up = e["doorbells_in"], int(line["flag_up_steps"])
+    asleep = float(line["asleep_after_ms"])
+    if mode == "nap":
+        if bells > 20 or up > 20:
+            errs.append("%d doorbells, flag up at %d of 200 steps (napping: <= 20)" % (bells, up))
+        if asleep < 30:
+            errs.append("flag up %.1f ms after the last step (before the 50 ms grace)" % asleep)
+    else:
+        if bells < 50 or up < 50:
+            errs.append("%d doorbells, flag up at %d of 200 steps (nap_ms=0: >= 50)" % (bells, up))
+        if asleep >= 30:
+            errs.append("flag up %.1f ms after the last step (nap_ms=0: at once)" % asleep)
+    if asleep < 0:
+        errs.append("flag not up within 400 ms of the last step")
+naps = b["daemon"]["naps"] - a["daemon"]["naps"]
+sleeps = b["daemon"]["sleeps"] - a["daemon"]["sleeps"]
+if naps > 2 or sleeps < 1:
+    errs.append("idle 0.3 s: %d naps, %d sleeps (want ~0 naps, sleeps on the tick)" % (naps, sleeps))
+print("; ".join(errs))
+PYEOF
+	}
+	start_daemon
+	[ "$(ctl get daemon.nap_ms)" = 50 ] || fail "daemon.nap_ms default: $(ctl get daemon.nap_ms)"
+	nap_run nap50
+	bad=$(nap_check nap50 nap)
+	[ -z "$bad" ] || fail "nap_ms=50: $bad ($(cat "$D/nap50.out"))"
+	ctl set daemon.nap_ms=0 >/dev/null || fail "set daemon.nap_ms=0 failed"
+	nap_run nap0
+	bad=$(nap_check nap0 sleep)
+	[ -z "$bad" ] || fail "nap_ms=0: $bad ($(cat "$D/nap0.out"))"
+	echo "nap_ms=50: $(cat "$D/nap50.out"); nap_ms=0: $(cat "$D/nap0.out")"
 	;;
 
 *)
