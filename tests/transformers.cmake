@@ -8,7 +8,7 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/run.sh
       ${PROJECT_SOURCE_DIR}/engine_adapters/transformers/tests/test_adapter.py)
   set_tests_properties(transformers_adapter PROPERTIES
-    LABELS "transformers;no_asan" TIMEOUT 300 SKIP_RETURN_CODE 77
+    LABELS "transformers;no_asan" TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK model_cpu
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
 endif()
 
@@ -18,6 +18,6 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   add_test(NAME kvpress_quick
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/kvpress_quick.sh)
   set_tests_properties(kvpress_quick PROPERTIES
-    LABELS "transformers;no_asan" TIMEOUT 1200 SKIP_RETURN_CODE 77
+    LABELS "transformers;no_asan" TIMEOUT 1200 SKIP_RETURN_CODE 77 RESOURCE_LOCK model_cpu
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
 endif()

@@ -3,26 +3,7 @@
 Each message is written in the model's ChatML form (SmolLM2's template), one
 message after another, so a message's tokens are a contiguous span whose every
 token (its header and end marker included) carries the message's region."""
-from memdecay import Region
-
-ROLE_REGION = {"system": Region.SYSTEM, "user": Region.USER, "assistant": Region.ASSISTANT,
-               "tool": Region.TOOL_OUT, "ipython": Region.TOOL_OUT, "function": Region.TOOL_OUT}
-REGION_NAMES = {r.name.lower(): r for r in Region}
-
-
-def region_of(msg):
-    """The message's region: its explicit "region", else the one its role implies."""
-    name = msg.get("region")
-    if name:
-        try:
-            return REGION_NAMES[name]
-        except KeyError:
-            raise ValueError("message region %r is not one of %s" % (name, sorted(REGION_NAMES)))
-    role = msg.get("role")
-    if role not in ROLE_REGION:
-        raise ValueError("message role %r has no region (expected one of %s, or a 'region' key)"
-                         % (role, sorted(ROLE_REGION)))
-    return ROLE_REGION[role]
+from memdecay.regions import region_of
 
 
 def message_text(msg):

@@ -1,0 +1,43 @@
+"""MemDecay in an unmodified vLLM (docs/vllm.md).
+
+vLLM loads this package's `register` through the `vllm.general_plugins` entry
+point in each of its processes: the API server, the engine core and the
+workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
+`register` installs the plugin's hooks; otherwise vLLM runs unchanged.
+
+    pieces            process       what
+    api.py            API server    regions from the chat messages, per-request fields
+    worker.py         worker        pages, attention statistics, memdecayd's commands
+    holes.py          worker        attention over the kept blocks only
+    scheduler.py      engine core   evicted blocks back to vLLM's pool
+    offline.py        yours         the same for the offline LLM API
+"""
+from . import settings
+
+SUPPORTED_VLLM = ("0.32.0",)
+
+_installed = False
+
+
+def _logger():
+    from vllm.logger import init_logger
+    return init_logger("vllm.memdecay")
+
+
+def register():
+    global _installed
+    if _installed or not settings.get().enabled:
+        return
+    import vllm
+    if vllm.__version__ not in SUPPORTED_VLLM:
+        _logger().warning("memdecay_vllm: vLLM %s is not one it was checked against (%s); "
+                          "MemDecay is off and vLLM runs unchanged", vllm.__version__,
+                          ", ".join(SUPPORTED_VLLM))
+        return
+    from . import api, holes, scheduler, worker
+    scheduler.install()
+    worker.install()
+    holes.install()
+    api.install()
+    _installed = True
+    _logger().info("memdecay_vllm: MemDecay hooks installed in vLLM %s", vllm.__version__)

@@ -1,0 +1,65 @@
+"""Worker: the attention sees a request's kept blocks only.
+
+A freed block is vLLM's null block (id 0) in the worker's block table, so the
+slot mapping, which places new tokens by their original positions, is
+unchanged: the kept tokens keep their positions (their keys were rotated
+there) and new tokens take the next ones.  The CPU attention kernel reads
+every block up to a row's seq_len, so before vLLM's CPU metadata builder runs,
+each row with holes is compacted: its kept block ids move to the front of the
+row and its seq_len drops by block_size per hole.  A hole is always a whole,
+full block, so the arithmetic is exact; rows without holes, and steps where no
+request has any, pass through untouched (one dictionary test)."""
+import dataclasses
+import functools
+import time
+
+import torch
+
+
+def compact(cm, holes_by_row, block_size):
+    """A copy of CommonAttentionMetadata `cm` with the rows in holes_by_row
+    ({row: sorted block indices}) compacted; returns (cm', kept) where kept is
+    {row: tensor of the original block indices kept, in order}."""
+    bt = cm.block_table_tensor.clone()
+    seq = cm.seq_lens.clone()
+    upper = cm.seq_lens_cpu_upper_bound
+    upper = upper.clone() if upper is not None else None
+    kept = {}
+    for r, holes in holes_by_row.items():
+        n = (int(seq[r]) + block_size - 1) // block_size
+        drop = [h for h in holes if h < n]
+        mask = torch.ones(n, dtype=torch.bool)
+        if drop:
+            mask[torch.tensor(drop, dtype=torch.long)] = False
+        idx = torch.nonzero(mask).flatten()
+        bt[r, :len(idx)] = bt[r, :n][idx]
+        bt[r, len(idx):n] = 0
+        seq[r] -= block_size * len(drop)
+        if upper is not None:
+            upper[r] -= block_size * len(drop)
+        kept[r] = idx
+    cm2 = dataclasses.replace(cm, block_table_tensor=bt, seq_lens=seq,
+                              max_seq_len=int(seq[:cm.num_reqs].max()) if cm.num_reqs else 0,
+                              seq_lens_cpu_upper_bound=upper)
+    return cm2, kept
+
+
+def install():
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
+
+    from . import worker
+    orig = CPUAttentionMetadataBuilder.build
+    if getattr(orig, "_memdecay", False):
+        return
+
+    @functools.wraps(orig)
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        eng = worker.ENGINE
+        if eng is not None:
+            t = time.perf_counter()
+            common_attn_metadata = eng.on_build(self, common_attn_metadata)
+            eng.cost["build"] += time.perf_counter() - t
+        return orig(self, common_prefix_len, common_attn_metadata, fast_build)
+
+    build._memdecay = True
+    CPUAttentionMetadataBuilder.build = build

@@ -1,0 +1,44 @@
+"""The plugin's switches, read from the environment (docs/vllm.md, "Switching it on").
+
+vLLM starts its engine core and its workers as new processes that inherit the
+environment, so one place configures all of them."""
+import os
+
+ENV_ON = "MEMDECAY_VLLM"
+
+
+def _int(name, default):
+    v = os.environ.get(name, "")
+    if v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("%s=%r is not an integer" % (name, v)) from None
+
+
+class Settings:
+    def __init__(self):
+        self.enabled = os.environ.get(ENV_ON, "").lower() in ("1", "on", "yes", "true")
+        self.socket = os.environ.get("MEMDECAY_SOCKET") or None
+        self.engine_name = os.environ.get("MEMDECAY_VLLM_ENGINE", "vllm")
+        self.layer_stride = max(1, _int("MEMDECAY_VLLM_LAYER_STRIDE", 8))
+        self.prefill_queries = max(1, _int("MEMDECAY_VLLM_PREFILL_QUERIES", 4))
+        self.budget_tokens = _int("MEMDECAY_VLLM_BUDGET_TOKENS", -1)
+        self.policy = os.environ.get("MEMDECAY_VLLM_POLICY") or None
+        self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 64))
+        self.max_classes = max(1, _int("MEMDECAY_VLLM_MAX_CLASSES", 8))
+        self.settle_ms = max(0, _int("MEMDECAY_VLLM_SETTLE_MS", 200))
+        self.reattach_ms = max(100, _int("MEMDECAY_VLLM_REATTACH_MS", 1000))
+        self.trace = os.environ.get("MEMDECAY_VLLM_TRACE") or None
+        self.library = os.environ.get("MEMDECAY_LIBRARY") or None
+
+
+_settings = None
+
+
+def get():
+    global _settings
+    if _settings is None:
+        _settings = Settings()
+    return _settings

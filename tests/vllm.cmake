@@ -1,0 +1,19 @@
+# The vLLM plugin (engine_adapters/vllm) against the real parts: vLLM's CPU
+# build and SmolLM2 from the venv scripts/setup_vllm.sh makes (.deps/vllm.env),
+# memdecayd daemons of the tests' own (sockets in temporary directories), the
+# openai client, memdecay-agent and memdecay-loadgen.  Without the venv the
+# tests are skipped (77), never passed.  Python is not built with ASan: normal
+# build only.  They run one at a time with the other model tests (RESOURCE_LOCK):
+# two vLLMs on two cores would measure the machine, not the plugin.
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
+  set(_md_vllm_env
+    "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BUILD=${PROJECT_BINARY_DIR};MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps")
+  foreach(_t plugin holes offline serve)
+    add_test(NAME vllm_${_t}
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
+        ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py)
+    set_tests_properties(vllm_${_t} PROPERTIES
+      LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
+      RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
+  endforeach()
+endif()
