@@ -114,14 +114,24 @@ START_TEST(unwatch_inside_callback)
 }
 END_TEST
 
+/* An eventfd watched into *s, and a fresh 100 ms timer counting ticks. */
+static int watched_eventfd(struct md__loop *l, struct efd_state *s)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	*s = (struct efd_state){ 0 };
+	s->w = md__loop_watch(l, fd, MD__WATCH_READ, 8, efd_cb, s);
+	ck_assert_ptr_nonnull(s->w);
+	ticks = 0;
+	md__loop_set_timer(l, 100, tick, NULL);
+	return fd;
+}
+
 START_TEST(idle_poll_sleeps)
 {
 	struct md__loop *l = new_loop(_i);
-	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	struct efd_state s = { 0 };
-	s.w = md__loop_watch(l, fd, MD__WATCH_READ, 8, efd_cb, &s);
-	ticks = 0;
-	md__loop_set_timer(l, 100, tick, NULL);
+	struct efd_state s;
+	int fd = watched_eventfd(l, &s);
 	int polls = 0;
 	uint64_t t0 = md_now_ns();
 	while (ticks < 2) {
@@ -145,11 +155,8 @@ END_TEST
 START_TEST(nap_waits_its_own_deadline)
 {
 	struct md__loop *l = new_loop(_i);
-	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	struct efd_state s = { 0 };
-	s.w = md__loop_watch(l, fd, MD__WATCH_READ, 8, efd_cb, &s);
-	ticks = 0;
-	md__loop_set_timer(l, 100, tick, NULL);
+	struct efd_state s;
+	int fd = watched_eventfd(l, &s);
 	uint64_t t0 = md_now_ns();
 	int naps = 0;
 	while (md_now_ns() - t0 < 50000000ull) { /* 50 ms of 1 ms naps */
