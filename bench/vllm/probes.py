@@ -57,7 +57,6 @@ or gets SIGTERM.  Run it with .deps/vllm/bin/python.
 """
 import argparse
 import collections
-import ctypes
 import hashlib
 import json
 import os
@@ -66,12 +65,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench", "probes"))
+sys.path.insert(0, os.path.join(ROOT, "engine_adapters", "vllm", "tests"))
+import harness  # noqa: E402
 import probelib  # noqa: E402
 import stats  # noqa: E402
 
@@ -81,20 +81,15 @@ LLAMA_RUNS = os.path.join(ROOT, "bench", "kvpress", "results", "llama-runs.jsonl
 OUT = os.path.join(HERE, "results", "probes-runs.jsonl")
 OUT_QUICK = os.path.join(ROOT, "out", "vllm-probes", "quick", "runs.jsonl")
 SCORE_JSON = os.path.join(ROOT, "bench", "results", "vllm_probes.json")
-BUILD = os.environ.get("MEMDECAY_BUILD") or os.path.join(ROOT, "build")
-MODEL = os.environ.get("MEMDECAY_VLLM_MODEL") or os.path.join(ROOT, ".deps", "models",
-                                                               "smollm2-hf")
+MODEL = harness.MODEL
 FULL = probelib.FULL
 POLICIES = ["memdecay", "recency"]
 BUDGETS = [0.25, 0.5, 0.75]
 LLAMA_ROW = {"memdecay": "memdecay", "recency": "md-recency"}
 MAX_NEW = 24            # memdecay-agent's default --max-new
-BLOCK = 32
-# harness.LLM_ARGS (engine_adapters/vllm/tests/harness.py), written out so that this file needs
-# no import from the tests
-LLM_ARGS = dict(dtype="float32", max_model_len=2048, enforce_eager=True,
-                gpu_memory_utilization=0.15, block_size=BLOCK, max_num_batched_tokens=64,
-                max_num_seqs=8)
+# vLLM as the tests run it (fp32, 32-token blocks, chunked prefill of 64, 8 sequences)
+BLOCK = harness.BLOCK
+LLM_ARGS = harness.LLM_ARGS
 
 
 def log(msg):
@@ -151,56 +146,6 @@ def pick_traces(args):
         out.append({"name": n, "path": p, "sha": hashlib.sha256(open(p, "rb").read()).hexdigest(),
                     "messages": msgs, "probes": probes})
     return out
-
-
-# ---- the daemon ----
-
-class Daemon:
-    """memdecayd on a socket in a temporary directory; SIGKILLed when this process dies."""
-
-    def __init__(self, binary):
-        self.dir = tempfile.mkdtemp(prefix="md-vllm-probes-")
-        os.chmod(self.dir, 0o700)
-        self.sock = os.path.join(self.dir, "memdecayd.sock")
-        self.log = os.path.join(self.dir, "memdecayd.log")
-        self.binary = binary
-        self.p = None
-
-    def start(self):
-        def pdeathsig():
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-            os.setpgrp()
-        self.p = subprocess.Popen([self.binary, "--socket", self.sock, "--foreground",
-                                   "--log-level", "warn"],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=open(self.log, "ab"), preexec_fn=pdeathsig)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                raise RuntimeError("memdecayd exited %d: %s" % (self.p.returncode, self.tail()))
-            if os.path.exists(self.sock):
-                return self
-            time.sleep(0.05)
-        raise RuntimeError("memdecayd made no socket within 15 s: " + self.tail())
-
-    def alive(self):
-        return self.p is not None and self.p.poll() is None
-
-    def tail(self, n=800):
-        try:
-            return open(self.log, errors="replace").read()[-n:]
-        except OSError:
-            return ""
-
-    def stop(self):
-        if self.alive():
-            self.p.terminate()
-            try:
-                self.p.wait(5)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class TraceTail:
@@ -339,9 +284,7 @@ def run(args):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if args.fresh and os.path.exists(out):
         os.unlink(out)
-    daemon_bin = os.path.join(BUILD, "bin", "memdecayd")
-    lib = os.path.join(BUILD, "lib", "libmemdecay.so")
-    for p in (daemon_bin, lib, MODEL):
+    for p in (harness.BIN / "memdecayd", harness.LIB, MODEL):
         if not os.path.exists(p):
             log("missing %s (scripts/build.sh, scripts/setup_vllm.sh)" % p)
             return 2
@@ -355,22 +298,17 @@ def run(args):
                               len(plan) - len(todo), os.path.relpath(out)))
     if not todo:
         return 0
-    daemon = Daemon(daemon_bin).start()
+    work = harness.tmpdir("md-vllm-probes-")
+    daemon = harness.Daemon(work)
     child = None
     try:
+        daemon.start()
         env = dict(os.environ)
-        env.update({"MEMDECAY_VLLM": "1", "MEMDECAY_SOCKET": daemon.sock,
-                    "MEMDECAY_LIBRARY": lib,
-                    "MEMDECAY_VLLM_TRACE": os.path.join(daemon.dir, "plugin-trace.jsonl"),
-                    # a class per (budget, policy); the plugin closes idle ones beyond this
-                    "MEMDECAY_VLLM_MAX_CLASSES": os.environ.get("MEMDECAY_VLLM_MAX_CLASSES",
-                                                                "16")})
-
-        def group():
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-            os.setpgrp()
+        env.update(harness.plugin_env(daemon, os.path.join(work, "plugin-trace.jsonl")))
+        # a class per (budget, policy); the plugin closes idle ones beyond this
+        env["MEMDECAY_VLLM_MAX_CLASSES"] = os.environ.get("MEMDECAY_VLLM_MAX_CLASSES", "16")
         child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine"]
-                                 + sys.argv[1:], env=env, preexec_fn=group)
+                                 + sys.argv[1:], env=env, preexec_fn=harness.die_with_parent)
         while True:
             try:
                 rc = child.wait(1)
@@ -390,6 +328,7 @@ def run(args):
                 pass
             child.wait()
         daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return rc
 
 

@@ -29,7 +29,8 @@ LLM_ARGS = dict(dtype="float32", max_model_len=2048, enforce_eager=True,
 BLOCK = 32
 
 
-def _pdeathsig():
+def die_with_parent():
+    """preexec_fn: SIGKILL when this process dies, in a process group of its own."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)      # PR_SET_PDEATHSIG
     os.setpgrp()
@@ -50,7 +51,7 @@ class Daemon:
         self.p = subprocess.Popen([str(BIN / "memdecayd"), "--socket", self.sock, "--foreground",
                                    "--config", str(self.conf)],
                                   stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
-                                  preexec_fn=_pdeathsig)
+                                  preexec_fn=die_with_parent)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
@@ -75,6 +76,15 @@ class Daemon:
             if len(f) >= 5:
                 rows.append({"id": int(f[0]), "name": f[1], "pid": int(f[2]), "pages": int(f[4])})
         return rows
+
+    def alive(self):
+        return self.p is not None and self.p.poll() is None
+
+    def tail(self, n=800):
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
 
     def kill(self):
         if self.p and self.p.poll() is None:
@@ -101,7 +111,7 @@ def run_group(cmd, env, log_path, timeout):
     ends the wait (timeout, SIGTERM, an error) kills the whole group, vLLM's
     engine core and workers included.  Returns the exit status."""
     p = subprocess.Popen(cmd, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
-                         preexec_fn=_pdeathsig)
+                         preexec_fn=die_with_parent)
     try:
         return p.wait(timeout)
     finally:
@@ -179,7 +189,7 @@ def start_server(work, daemon, trace=None, name="smollm2", extra_env=None, on=Tr
     env.update(extra_env or {})
     log = os.path.join(work, "vllm.log")
     p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                         preexec_fn=_pdeathsig)
+                         preexec_fn=die_with_parent)
     url = "http://127.0.0.1:%d" % port
 
     def healthy():

@@ -175,12 +175,12 @@ def part_many(client, server, daemon, work):
          "--trace", str(harness.TRACE), "--policy", "memdecay", "--budget-tokens", "640",
          "--socket", daemon.sock, "--json", "--quiet"],
         stdout=open(os.path.join(work, "agent.json"), "w"),
-        stderr=open(os.path.join(work, "agent.log"), "w"), preexec_fn=harness._pdeathsig)
+        stderr=open(os.path.join(work, "agent.log"), "w"), preexec_fn=harness.die_with_parent)
     loadgen = subprocess.Popen(
         [str(harness.BIN / "memdecay-loadgen"), "--socket", daemon.sock, "--engine-name",
          "loadgen", "--seqs", "2", "--pages-per-seq", "48", "--steps", "0", "--step-hz", "100",
          "--json"], stdout=open(os.path.join(work, "loadgen.json"), "w"),
-        stderr=open(os.path.join(work, "loadgen.log"), "w"), preexec_fn=harness._pdeathsig)
+        stderr=open(os.path.join(work, "loadgen.log"), "w"), preexec_fn=harness.die_with_parent)
     out = {"chunks": 0, "finish": None}
     th = threading.Thread(target=stream, args=(client, out, 400))
     th.start()
