@@ -32,6 +32,10 @@ class Settings:
         self.reattach_ms = max(100, _int("MEMDECAY_VLLM_REATTACH_MS", 1000))
         self.trace = os.environ.get("MEMDECAY_VLLM_TRACE") or None
         self.library = os.environ.get("MEMDECAY_LIBRARY") or None
+        # every N steps one log line of the hooks' cost (0 or less: the default)
+        self.cost_every = _int("MEMDECAY_VLLM_COST_EVERY", 0)
+        if self.cost_every <= 0:
+            self.cost_every = 2000
 
 
 _settings = None

@@ -122,7 +122,7 @@ class Engine:
                          "siblings_commanded": 0}
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
         self.daemon_lost = False
-        # seconds spent in the plugin's hooks, logged every COST_EVERY steps
+        # seconds spent in the plugin's hooks, logged every cost_every steps
         self.cost = {"update": 0.0, "build": 0.0, "forward": 0.0, "step_end": 0.0}
         self.cost_steps = 0
         self.default = self._class(self.s.budget_tokens, self.s.policy)
@@ -520,11 +520,13 @@ class Engine:
                                          "t": time.time()}) + "\n")
 
     def log_cost(self):
-        """Every COST_EVERY steps, one log line: the hooks' time a step, and the counters."""
+        """Every MEMDECAY_VLLM_COST_EVERY steps, one log line: the hooks' time a step and
+        the counters."""
+        every = self.s.cost_every
         self.cost_steps += 1
-        if self.cost_steps % COST_EVERY:
+        if self.cost_steps % every:
             return
-        per = {k: 1e3 * v / COST_EVERY for k, v in self.cost.items()}
+        per = {k: 1e3 * v / every for k, v in self.cost.items()}
         _log().info("memdecay_vllm: %d steps, the plugin's hooks took %.2f ms a step (declare "
                     "%.2f, holes %.2f, statistics %.2f, publish and commands %.2f); %s",
                     self.cost_steps, sum(per.values()), per["update"], per["build"],
@@ -534,7 +536,6 @@ class Engine:
             self.cost[k] = 0.0
 
 
-COST_EVERY = int(os.environ.get("MEMDECAY_VLLM_COST_EVERY") or 2000)
 _layouts = {}
 TRANSPOSED = "transposed"
 
