@@ -152,7 +152,7 @@ START_TEST(ctl_bad_commands)
 	ck_assert_int_eq(req("engines extra", &r, err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "usage"));
 	ck_assert_int_eq(req("get a b", &r, err), -EINVAL);
-	ck_assert_int_eq(req("policy", &r, err), -EINVAL);
+	ck_assert_int_eq(req("policy h2o random", &r, err), -EINVAL);
 	ck_assert_int_eq(req("metrics --engine 1", &r, err), -EINVAL);
 	ck_assert_int_eq(req("stats --verbose", &r, err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "--verbose"));

@@ -269,7 +269,7 @@ static const struct {
 } cmds[] = {
 	{ "get", MD__CTL_GET, 0, 1, 0 },
 	{ "set", MD__CTL_SET, 1, MD__CTL_ARGS_MAX, 0 },
-	{ "policy", MD__CTL_POLICY, 1, 1, 1 },
+	{ "policy", MD__CTL_POLICY, 0, 1, 1 },
 	{ "budget", MD__CTL_BUDGET, 2, 2, 1 },
 	{ "engines", MD__CTL_ENGINES, 0, 0, 0 },
 	{ "stats", MD__CTL_STATS, 0, 0, 1 },

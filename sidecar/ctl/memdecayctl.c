@@ -30,6 +30,7 @@ static void usage(FILE *f)
 		"  set KEY=VALUE...                  change keys (all or nothing)\n"
 		"  policy NAME [--engine E]          switch policy (docs/policies.md; an unknown NAME is\n"
 		"                                    refused with the daemon's list)\n"
+		"  policy                            the default policy and every policy name the daemon knows\n"
 		"  budget SCOPE N [--engine E]       SCOPE: sequence_tokens, engine_pages, global_pages (0: none)\n"
 		"  weight W --engine E               that engine's share weight of budget.global_pages\n"
 		"  engines                           attached engines\n"

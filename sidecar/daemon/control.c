@@ -203,9 +203,30 @@ static int engine_opts_apply(struct md__daemon *d, struct md__peer *e,
 	return 0;
 }
 
+/* "policy" with no name: the default policy and every name the policy table
+ * knows, for clients that check a name before they send it (the vLLM plugin's
+ * API server does, docs/vllm.md "Bad requests"). */
+static int policy_list(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
+		       char *err, size_t errlen)
+{
+	if (r->engine) {
+		snprintf(err, errlen, "policy --engine E needs a policy NAME");
+		return -EINVAL;
+	}
+	const char *dflt = md__policy_name(md__daemon_params(d)->policy);
+	md__sbuf_printf(b, r->json ? "{\"policy\":\"%s\",\"policies\":[" : "default %s\npolicies", dflt);
+	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++)
+		md__sbuf_printf(b, r->json ? "%s\"%s\"" : "%s%s", r->json && i ? "," : " ",
+				md__policy_name(i));
+	md__sbuf_printf(b, r->json ? "]}\n" : "\n");
+	return 0;
+}
+
 static int cmd_policy(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
 		      char *err, size_t errlen)
 {
+	if (r->argc == 0)
+		return policy_list(d, r, b, err, errlen);
 	const char *name = r->argv[0];
 	int pol = md__policy_from_name(name);
 	if (pol < 0) {

@@ -105,6 +105,11 @@ ctl_errors)
 	[ $rc = 1 ] && grep -q frobnicate <<<"$out" || fail "unknown command: rc=$rc '$out'"
 	out=$(ctl policy nosuch 2>&1); rc=$?
 	[ $rc = 1 ] && grep -q nosuch <<<"$out" || fail "unknown policy: rc=$rc '$out'"
+	# the policy list clients check names against is the daemon's table
+	out=$(ctl policy --json) || fail "policy (list) refused"
+	want=$("$BIN/memdecay-bench-policy" --list-policies | tr '\n' ' ')
+	python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["policies"] == sys.argv[2].split(), d' \
+		"$out" "$want" || fail "policy list '$out' is not the table's '$want'"
 	out=$(ctl budget pages 3 2>&1); rc=$?
 	[ $rc = 1 ] && grep -q pages <<<"$out" || fail "bad budget scope: rc=$rc"
 	out=$(ctl top 0 2>&1); [ $? = 1 ] || fail "top 0 accepted"

@@ -129,6 +129,24 @@ class WithDaemon(unittest.TestCase):
         self.d.stop()
         self.dir.cleanup()
 
+    def test_control_reads_the_policy_table(self):
+        """control() is one request on the control socket: the policy table,
+        a refusal with the daemon's own message, and no daemon, all bounded."""
+        import json
+        got = json.loads(memdecay.control("policy --json", socket_path=self.d.sock))
+        self.assertIn("memdecay-turn", got["policies"])
+        self.assertIn(got["policy"], got["policies"])
+        with self.assertRaises(memdecay.MemDecayError) as cm:
+            memdecay.control("policy nosuch", socket_path=self.d.sock)
+        self.assertIn("nosuch", str(cm.exception))
+        self.assertIn("memdecay-turn", str(cm.exception))   # the refusal lists the names
+        with self.assertRaises(memdecay.MemDecayError):
+            memdecay.control("get", socket_path=self.d.sock, max_reply=64)   # over the cap
+        with self.assertRaises(memdecay.MemDecayError):
+            memdecay.control("ping", socket_path=self.d.sock + ".none")
+        with self.assertRaises(memdecay.MemDecayError):
+            memdecay.control("ping\nstats", socket_path=self.d.sock)    # one line only
+
     def client(self, **kw):
         return memdecay.Client(socket_path=self.d.sock, require_daemon=True, **kw)
 

@@ -148,6 +148,16 @@ int md_client_attach_error(const md_client *c);
 void md_client_detach(md_client *c);
 /* The socket path resolved at create. */
 const char *md_client_socket_path(const md_client *c);
+/* One operator request on the daemon's control socket (docs/operations.md
+ * "Control protocol"), without attaching: e.g. "policy --json" (the policy
+ * names the daemon knows) or "get --json" (every key).  socket_path as in
+ * md_client_config.  The reply's body lands in reply (NUL-terminated; cap
+ * bytes at most) and its length is returned; a refusal returns MD_EREFUSED
+ * with the daemon's message in reply; no daemon, a stall past timeout_ms or a
+ * body over cap return a negative errno (-ENOENT, -ETIMEDOUT, -EMSGSIZE, ...)
+ * or MD_EPROTO.  Touches no md_client: any thread may call it. */
+int md_control(const char *socket_path, const char *request, char *reply, size_t cap,
+	       int timeout_ms);
 /* Records from the daemon that failed validation (torn or malformed commands,
  * bad parameter block). */
 uint64_t md_client_proto_errors(const md_client *c);

@@ -21,12 +21,12 @@ the fail-open answers (`DETACHED`, `FULL`), which are returned.
 import ctypes
 import enum
 
-from ._lib import (DETACHED, EVICTED, FINISHED, FULL, MemDecayError, load_library,
+from ._lib import (DETACHED, EVICTED, REFUSED, FINISHED, FULL, MemDecayError, load_library,
                    strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry,
                    _ParamsView)
 
 __all__ = ["Client", "Batch", "Region", "labels", "MemDecayError", "DETACHED", "FULL",
-           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror"]
+           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror", "control"]
 
 PAGE_TOKENS_MAX = 16
 
@@ -57,6 +57,22 @@ def labels(regions):
             raise ValueError("region id %d at token %d is outside 0..15" % (r, k))
         word |= r << (4 * k)
     return word
+
+
+def control(request, socket_path=None, timeout_ms=1000, max_reply=1 << 20, library=None):
+    """One operator request on memdecayd's control socket (libmemdecay's
+    md_control; docs/operations.md "Control protocol"), without attaching:
+    control("policy --json") is the daemon's policy table.  Returns the reply's
+    body as text; raises MemDecayError (the daemon's refusal in its message, or
+    no daemon, a timeout, a reply over max_reply bytes)."""
+    lib = load_library(library)
+    buf = ctypes.create_string_buffer(max_reply)
+    path = socket_path.encode() if socket_path else None
+    rc = lib.md_control(path, request.encode(), buf, max_reply, int(timeout_ms))
+    if rc < 0:
+        detail = buf.value.decode(errors="replace") if rc == REFUSED else None
+        raise MemDecayError(rc, "control %r" % request.split(" ")[0], detail)
+    return buf.raw[:rc].decode(errors="replace")
 
 
 class Batch:

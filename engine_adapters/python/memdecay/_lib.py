@@ -6,6 +6,7 @@ import ctypes.util
 import os
 
 # enum md_error and the page-free reasons (memdecay.h, memdecay_abi.h)
+REFUSED = -1002     # MD_EREFUSED: the daemon said no (its message comes with it)
 DETACHED = -1004
 FULL = -1005
 FINISHED = 0
@@ -64,6 +65,7 @@ LAYOUTS = {"md_client_config": _Config, "md_params_view": _ParamsView, "md_evict
 _I = ctypes.c_int
 _PROTOS = {
     "md_strerror": (ctypes.c_char_p, [_I]),
+    "md_control": (_I, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, _I]),
     "md_client_config_init": (None, [_p]),
     "md_client_create": (_I, [_p, _p]),
     "md_client_create_attached": (_I, [_p, _p]),
