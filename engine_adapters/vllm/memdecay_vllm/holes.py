@@ -57,7 +57,7 @@ def install():
         eng = worker.ENGINE
         if eng is not None:
             t = time.perf_counter()
-            common_attn_metadata = eng.on_build(self, common_attn_metadata)
+            common_attn_metadata = eng.on_build(self, common_attn_metadata)   # never raises
             eng.cost["build"] += time.perf_counter() - t
         return orig(self, common_prefix_len, common_attn_metadata, fast_build)
 

@@ -6,10 +6,12 @@
 
 The messages are rendered with the model's chat template (generation prompt
 added), labelled as the OpenAI server labels them (api.py), and submitted as
-token ids with the regions, budget and policy in SamplingParams.extra_args."""
+token ids with the regions, budget and policy in SamplingParams.extra_args.
+The fields are checked as the server checks them (fields.check): a bad one
+raises fields.FieldError, a ValueError naming it, before anything runs."""
 from vllm.inputs import TokensPrompt
 
-from . import regions
+from . import fields, regions
 
 
 def prepare(tokenizer, messages, params, budget_tokens=None, policy=None, **template_kwargs):
@@ -19,10 +21,19 @@ def prepare(tokenizer, messages, params, budget_tokens=None, policy=None, **temp
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):
         ids = ids["input_ids"]
     ids = list(ids)
-    reg = regions.prompt_regions(tokenizer, messages, ids, template_kwargs)
+    try:
+        reg = regions.prompt_regions(tokenizer, messages, ids, template_kwargs)
+    except ValueError as e:          # a message's region or role
+        raise fields.FieldError("messages", "memdecay: %s" % e) from None
     p = params.clone()
     extra = dict(p.extra_args or {})
-    extra.update(regions.request_args(reg, budget_tokens, policy))
+    fields.check(extra, len(ids))                  # what the caller put there itself
+    extra.update(regions.request_args(None, budget_tokens, policy))
+    fields.check(extra, len(ids))
+    if reg is not None:
+        extra[regions.REGIONS_KEY] = regions.rle(reg)
+        extra[fields.LABEL_KEY] = fields.NONCE
+        fields.check(extra, len(ids), labelled_here=True)
     p.extra_args = extra
     return TokensPrompt(prompt_token_ids=ids), p
 

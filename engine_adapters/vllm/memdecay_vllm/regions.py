@@ -71,7 +71,7 @@ def request_args(regions=None, budget_tokens=None, policy=None):
     if regions is not None:
         a[REGIONS_KEY] = rle(regions)
     if budget_tokens is not None:
-        a[BUDGET_KEY] = int(budget_tokens)
+        a[BUDGET_KEY] = budget_tokens
     if policy is not None:
-        a[POLICY_KEY] = str(policy)
+        a[POLICY_KEY] = policy
     return a

@@ -79,6 +79,19 @@ class _Trace:
                                      "pool_free": pool.get_num_free_blocks()}) + "\n")
 
 
+_failures = {"n": 0}
+
+
+def _failed(err):
+    _failures["n"] += 1
+    n = _failures["n"]
+    if n & (n - 1) == 0:            # the 1st, 2nd, 4th, 8th ... time: the log stays short
+        from vllm.logger import init_logger
+        init_logger("vllm.memdecay").warning(
+            "memdecay_vllm: returning evicted blocks to vLLM's pool failed (%d times so far; "
+            "they are freed with their requests): %s: %s", n, type(err).__name__, err)
+
+
 def install():
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.core.single_type_kv_cache_manager import SingleTypeKVCacheManager
@@ -89,14 +102,24 @@ def install():
     orig_cache = SingleTypeKVCacheManager.cache_blocks
     trace_path = settings.get().trace
 
+    faults = settings.get().test_faults
+
     @functools.wraps(orig_update)
     def update_from_output(self, scheduler_output, model_runner_output):
-        evicted = getattr(model_runner_output, EVICTED_ATTR, None)
-        freed = free_evicted(self, evicted) if evicted else 0
-        if trace_path:
-            if not hasattr(self, "_memdecay_trace"):
-                self._memdecay_trace = _Trace(trace_path)
-            self._memdecay_trace.write(self, freed)
+        try:
+            if "scheduler" in faults:
+                raise RuntimeError("memdecay_vllm: injected fault in scheduler "
+                                   "(MEMDECAY_VLLM_TEST_FAULT)")
+            evicted = getattr(model_runner_output, EVICTED_ATTR, None)
+            freed = free_evicted(self, evicted) if evicted else 0
+            if trace_path:
+                if not hasattr(self, "_memdecay_trace"):
+                    self._memdecay_trace = _Trace(trace_path)
+                self._memdecay_trace.write(self, freed)
+        except Exception as e:
+            # the worker already reads these blocks as holes; vLLM frees them with
+            # their request.  Counted and logged, never raised into the engine core.
+            _failed(e)
         return orig_update(self, scheduler_output, model_runner_output)
 
     @functools.wraps(orig_cache)

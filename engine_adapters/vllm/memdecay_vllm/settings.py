@@ -17,6 +17,30 @@ def _int(name, default):
         raise ValueError("%s=%r is not an integer" % (name, v)) from None
 
 
+def _float(name, default):
+    v = os.environ.get(name, "")
+    if v == "":
+        return default
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if not x == x or x in (float("inf"), float("-inf")):
+        raise ValueError("%s=%r is not a finite number" % (name, v))
+    return x
+
+
+def _choice(name, default, allowed):
+    v = os.environ.get(name, "").strip().lower() or default
+    if v not in allowed:
+        raise ValueError("%s=%r: want one of %s" % (name, v, ", ".join(allowed)))
+    return v
+
+
+# hooks a test may make raise (MEMDECAY_VLLM_TEST_FAULT), to show they fail open
+FAULT_POINTS = ("track", "update", "build", "forward", "step_end", "scheduler")
+
+
 class Settings:
     def __init__(self):
         self.enabled = os.environ.get(ENV_ON, "").lower() in ("1", "on", "yes", "true")
@@ -36,6 +60,21 @@ class Settings:
         self.cost_every = _int("MEMDECAY_VLLM_COST_EVERY", 0)
         if self.cost_every <= 0:
             self.cost_every = 2000
+        # what a request may pin (docs/vllm.md "Bad requests"): at most this many tokens
+        # (-1: no absolute cap) and at most this share of its budget
+        self.max_pinned_tokens = _int("MEMDECAY_VLLM_MAX_PINNED_TOKENS", -1)
+        self.max_pinned_share = _float("MEMDECAY_VLLM_MAX_PINNED_SHARE", 1.0)
+        if self.max_pinned_share < 0:
+            raise ValueError("MEMDECAY_VLLM_MAX_PINNED_SHARE=%r: want a share >= 0"
+                             % os.environ.get("MEMDECAY_VLLM_MAX_PINNED_SHARE"))
+        # whether a client may send its own memdecay_regions run-length list
+        self.client_regions = _choice("MEMDECAY_VLLM_CLIENT_REGIONS", "allow", ("allow", "deny"))
+        faults = os.environ.get("MEMDECAY_VLLM_TEST_FAULT", "")
+        self.test_faults = {f.strip() for f in faults.split(",") if f.strip()}
+        bad = self.test_faults - set(FAULT_POINTS)
+        if bad:
+            raise ValueError("MEMDECAY_VLLM_TEST_FAULT=%r: unknown hook %s (known: %s)"
+                             % (faults, ", ".join(sorted(bad)), ", ".join(FAULT_POINTS)))
 
 
 _settings = None

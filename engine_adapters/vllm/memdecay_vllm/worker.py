@@ -119,7 +119,9 @@ class Engine:
         self.last_step = time.monotonic()
         self.counters = {"evicted_blocks": 0, "sibling_pages": 0, "deferred": 0, "stale": 0,
                          "untracked": 0, "kept_for_pinned": 0,
-                         "siblings_commanded": 0}
+                         "siblings_commanded": 0, "failed_open": 0}
+        self.failed = set()        # requests served without eviction after a fault here
+        self.holes_only = {}       # such a request's holes, still compacted: req id -> set
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
         self.daemon_lost = False
         # seconds spent in the plugin's hooks, logged every cost_every steps
@@ -206,8 +208,45 @@ class Engine:
             finally:
                 _lock.release()
 
+    # ---- faults: a request's fault costs its eviction, never the server ----
+    def fault(self, point):
+        """Raises where a test asked for it (MEMDECAY_VLLM_TEST_FAULT)."""
+        if point in self.s.test_faults:
+            raise RuntimeError("memdecay_vllm: injected fault in %s (MEMDECAY_VLLM_TEST_FAULT)"
+                               % point)
+
+    def fail_open(self, req_id, where, err):
+        """Request req_id is served without eviction from now on: its pages leave
+        the daemon, the blocks already evicted stay holes (still compacted), and
+        one log line says why."""
+        if req_id in self.failed:
+            return
+        self.failed.add(req_id)
+        self.counters["failed_open"] += 1
+        _log().warning("memdecay_vllm: request %s is served without eviction: %s failed: %s: %s",
+                       req_id, where, type(err).__name__, err)
+        r = self.reqs.get(req_id)
+        if r is None:
+            return
+        if r.holes:
+            self.holes_only[req_id] = set(r.holes)
+        try:
+            self._drop(req_id)
+        except Exception:               # the daemon side is best effort here
+            self.reqs.pop(req_id, None)
+
+    def fail_open_all(self, where, err):
+        for req_id in list(self.reqs):
+            self.fail_open(req_id, where, err)
+
+    def _forget(self, req_id):
+        self._drop(req_id)
+        self.failed.discard(req_id)
+        self.holes_only.pop(req_id, None)
+
     # ---- requests ----
     def _track(self, req_id, st):
+        self.fault("track")
         args = (st.sampling_params.extra_args if st.sampling_params is not None else None) or {}
         budget = int(args.get(regions.BUDGET_KEY, self.s.budget_tokens))
         policy = args.get(regions.POLICY_KEY, self.s.policy)
@@ -261,38 +300,68 @@ class Engine:
     def on_update(self, runner, so):
         with _lock:
             for req_id in so.finished_req_ids:
-                self._drop(req_id)
+                self._forget(req_id)
             for req_id in so.scheduled_cached_reqs.resumed_req_ids:
-                self._drop(req_id)          # recomputed from its first token
+                self._forget(req_id)        # recomputed from its first token
             for req_id, n in so.num_scheduled_tokens.items():
                 st = runner.requests.get(req_id)
-                if st is None:
+                if st is None or req_id in self.failed:
                     continue
-                r = self.reqs.get(req_id) or self._track(req_id, st)
-                if r is None:
-                    continue
-                end = st.num_computed_tokens + n
-                if end > r.n:
-                    self._declare(r, end)
-                r.step_tokens = n
-                r.acc = None
-                r.acc_layers = 0
-                r.kept = None
+                try:
+                    self.fault("update")
+                    self._schedule(req_id, st, n)
+                except Exception as e:
+                    self.fail_open(req_id, "declaring its tokens", e)
             self.step_active = True
 
-    def on_build(self, builder, cm):
-        if not self.step_active or not self.reqs:
-            return cm
+    def _schedule(self, req_id, st, n):
+        r = self.reqs.get(req_id) or self._track(req_id, st)
+        if r is None:
+            return
+        end = st.num_computed_tokens + n
+        if end > r.n:
+            self._declare(r, end)
+        r.step_tokens = n
+        r.acc = None
+        r.acc_layers = 0
+        r.kept = None
+
+    def _holes_by_row(self, cm):
+        """({row: sorted holes}, [(req, row)] of the tracked rows) for this batch."""
         ids = self.runner.input_batch.req_ids
         rows = []
         holes = {}
-        for row in range(cm.num_reqs):
-            r = self.reqs.get(ids[row]) if row < len(ids) else None
-            if r is None:
-                continue
-            rows.append((r, row))
-            if r.holes:
-                holes[row] = sorted(r.holes)
+        for row in range(min(cm.num_reqs, len(ids))):
+            r = self.reqs.get(ids[row])
+            if r is not None:
+                rows.append((r, row))
+                if r.holes:
+                    holes[row] = sorted(r.holes)
+            elif ids[row] in self.holes_only:
+                holes[row] = sorted(self.holes_only[ids[row]])
+        return holes, rows
+
+    def on_build(self, builder, cm):
+        """The attention metadata with holes compacted, and the statistics' plan;
+        on a fault, the compaction alone (the kept blocks must still be read
+        right) and the step's requests are served without eviction."""
+        if not self.step_active or not (self.reqs or self.holes_only):
+            return cm
+        try:
+            self.fault("build")
+            return self._build(cm)
+        except Exception as e:
+            self.rows = []
+            self.batch = None
+            self.fail_open_all("planning the step's statistics", e)
+            holes, _ = self._holes_by_row(cm)
+            if not holes:
+                return cm
+            from .holes import compact
+            return compact(cm, holes, self.block_size)[0]
+
+    def _build(self, cm):
+        holes, rows = self._holes_by_row(cm)
         kept = {}
         if holes:
             from .holes import compact
@@ -336,12 +405,21 @@ class Engine:
         return cm
 
     def on_forward(self, impl, layer, query, kv_cache):
+        if not self.rows:
+            return
+        try:
+            self.fault("forward")
+            self._forward(impl, layer, query, kv_cache)
+        except Exception as e:
+            rows, self.rows = self.rows, []
+            for r, _, _ in rows:
+                self.fail_open(r.id, "the attention statistics", e)
+
+    def _forward(self, impl, layer, query, kv_cache):
         """Adds this layer's attention of each tracked row's observed queries over
         the row's kept keys to the step's token mass (mean over heads and the
         row's queries), all rows in one batch: one gather of the rows' blocks,
         one matmul, one softmax."""
-        if not self.rows:
-            return
         li = getattr(layer, "_memdecay_index", None)
         if li is None:
             m = re.search(r"\.(\d+)\.", getattr(layer, "layer_name", "") or "")
@@ -363,25 +441,34 @@ class Engine:
 
     def on_step_end(self, runner, output):
         """Publishes the step, applies the daemon's commands; returns the
-        (request id, block index) pairs evicted this step."""
+        (request id, block index) pairs evicted this step.  On a fault the
+        pairs already applied still go back, and the step's requests are
+        served without eviction."""
         with _lock:
             self.step_active = False
             self.rows = []
             now = time.monotonic()
             self.last_step = now
             evicted = []
-            for k in self.classes.values():
-                scheduled = [r for r in self.reqs.values() if r.klass is k and r.step_tokens]
-                if not self._liveness(k, now):
-                    for r in scheduled:     # the mirror's clocks still advance
-                        k.client.seq_step(r.seq, r.step_tokens)
-                        r.step_tokens = 0
-                    continue
-                prm = k.client.params()     # one read of the parameter block a step
-                if scheduled:
-                    self._publish(k, scheduled, prm)
-                self._settle(k, evicted, prm)
+            try:
+                self.fault("step_end")
+                self._step_end(now, evicted)
+            except Exception as e:
+                self.fail_open_all("publishing the step", e)
             return evicted
+
+    def _step_end(self, now, evicted):
+        for k in list(self.classes.values()):
+            scheduled = [r for r in self.reqs.values() if r.klass is k and r.step_tokens]
+            if not self._liveness(k, now):
+                for r in scheduled:     # the mirror's clocks still advance
+                    k.client.seq_step(r.seq, r.step_tokens)
+                    r.step_tokens = 0
+                continue
+            prm = k.client.params()     # one read of the parameter block a step
+            if scheduled:
+                self._publish(k, scheduled, prm)
+            self._settle(k, evicted, prm)
 
     def _publish(self, k, reqs, prm):
         b = k.batch
@@ -596,11 +683,31 @@ def attention_mass(kv_cache, isa, idx, nblk, q, pad, scale):
     return torch.softmax(sc, dim=-1).mean(dim=(1, 2))
 
 
+_engine_failed = False
+
+
 def _engine(runner):
-    global ENGINE
-    if ENGINE is None:
-        ENGINE = Engine(runner)
+    """The worker's Engine, made at the first step; None when it cannot be made
+    (vLLM then serves without the plugin, and one log line says why)."""
+    global ENGINE, _engine_failed
+    if ENGINE is None and not _engine_failed:
+        try:
+            ENGINE = Engine(runner)
+        except Exception as e:
+            _engine_failed = True
+            _log().error("memdecay_vllm: the plugin is off in this worker: %s: %s",
+                         type(e).__name__, e)
     return ENGINE
+
+
+def _hook_failed(where, err):
+    """The last guard around a hook: whatever escaped it costs the step's
+    requests their eviction, never the step."""
+    try:
+        if ENGINE is not None:
+            ENGINE.fail_open_all(where, err)
+    except Exception:
+        pass
 
 
 def install():
@@ -622,8 +729,12 @@ def install():
         out = orig_update(self, scheduler_output)
         t = time.perf_counter()
         eng = _engine(self)
-        eng.on_update(self, scheduler_output)
-        eng.cost["update"] += time.perf_counter() - t
+        if eng is not None:
+            try:
+                eng.on_update(self, scheduler_output)
+            except Exception as e:
+                _hook_failed("the step's update", e)
+            eng.cost["update"] += time.perf_counter() - t
         return out
 
     @functools.wraps(orig_sample)
@@ -631,9 +742,12 @@ def install():
         out = orig_sample(self, *args, **kwargs)
         if ENGINE is not None:
             t = time.perf_counter()
-            pending.extend(ENGINE.on_step_end(self, out))
+            try:
+                pending.extend(ENGINE.on_step_end(self, out))
+                ENGINE.log_cost()
+            except Exception as e:
+                _hook_failed("the step's end", e)
             ENGINE.cost["step_end"] += time.perf_counter() - t
-            ENGINE.log_cost()
             if pending and out is not None and out is not EMPTY_MODEL_RUNNER_OUTPUT:
                 setattr(out, EVICTED_ATTR, list(pending))
                 pending.clear()
@@ -645,7 +759,10 @@ def install():
                            *a, **kw)
         if ENGINE is not None and attn_metadata is not None:
             t = time.perf_counter()
-            ENGINE.on_forward(self, layer, query, kv_cache)
+            try:
+                ENGINE.on_forward(self, layer, query, kv_cache)
+            except Exception as e:
+                _hook_failed("a layer's statistics", e)
             ENGINE.cost["forward"] += time.perf_counter() - t
         return out
 

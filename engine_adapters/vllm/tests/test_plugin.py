@@ -7,7 +7,11 @@
     one line and installs nothing;
   - on the checked version it installs every hook;
   - regions: roles, tool calls and explicit labels through the model's own chat
-    template; the run-length form round-trips and refuses what is out of range.
+    template; the run-length form round-trips and refuses what is out of range;
+  - the request fields' checks (fields.check, docs/vllm.md "Bad requests"):
+    every malformed budget, policy and region list is refused naming its
+    field, the pinned-token cap and MEMDECAY_VLLM_CLIENT_REGIONS=deny hold,
+    and good fields pass.
 Each case runs in a fresh interpreter, since a plugin installs once per process."""
 import os
 import subprocess
@@ -19,8 +23,10 @@ from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl as I, CP
 from vllm.v1.core.sched.scheduler import Scheduler as S
 from vllm.v1.core.single_type_kv_cache_manager import SingleTypeKVCacheManager as M
 from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat as C
+from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion as O
+from vllm.v1.engine.input_processor import InputProcessor as P
 fs = [R._update_states, R.sample_tokens, I.forward, B.build, S.update_from_output, M.cache_blocks,
-      C.render_chat_request]
+      C.render_chat_request, O.render_completion_request, P.process_inputs]
 print("HOOKED", sum("memdecay_vllm" in f.__code__.co_filename for f in fs), "OF", len(fs))
 """
 
@@ -51,17 +57,17 @@ def main():
           "entry point vllm.general_plugins: memdecay = memdecay_vllm:register")
 
     rc, out = run("import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {})
-    check(rc == 0 and "HOOKED 0 OF 7" in out, "switched off: no hook installed")
+    check(rc == 0 and "HOOKED 0 OF 9" in out, "switched off: no hook installed")
 
     rc, out = run("import vllm; vllm.__version__ = '0.31.9'\n"
                   "import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {"MEMDECAY_VLLM": "1"})
     lines = [x for x in out.splitlines() if "memdecay_vllm" in x and "0.31.9" in x]
-    check(rc == 0 and "HOOKED 0 OF 7" in out and len(lines) == 1,
+    check(rc == 0 and "HOOKED 0 OF 9" in out and len(lines) == 1,
           "unknown vLLM version: one line (%r) and no hook" % (lines[0][-90:] if lines else ""))
 
     rc, out = run("import memdecay_vllm; memdecay_vllm.register(); memdecay_vllm.register()" + HOOKS,
                   {"MEMDECAY_VLLM": "1"})
-    check(rc == 0 and "HOOKED 7 OF 7" in out, "switched on: all 7 hooks installed, once")
+    check(rc == 0 and "HOOKED 9 OF 9" in out, "switched on: all 9 hooks installed, once")
 
     from transformers import AutoTokenizer
     from memdecay import Region
@@ -93,8 +99,98 @@ def main():
             check(False, "unrle refuses %r" % bad)
         except ValueError:
             check(True, "unrle refuses %r" % bad)
+    check_fields(check, tok, msgs)
     print("test_plugin:", "PASS" if not fails else "FAIL (%d)" % len(fails))
     return 1 if fails else 0
+
+
+class _View:
+    """The daemon's answers, as fields.DaemonView gives them."""
+
+    def __init__(self, policies, pinned):
+        self.p, self.pinned = policies, pinned
+
+    def snapshot(self):
+        return self.p, frozenset(self.pinned)
+
+
+def check_fields(check, tok, msgs):
+    from memdecay_vllm import fields, offline, regions, settings
+    view = _View(("memdecay", "recency", "memdecay-turn"), {0})
+    s = settings.Settings()
+    B, P, R = regions.BUDGET_KEY, regions.POLICY_KEY, regions.REGIONS_KEY
+    refused = [
+        ({B: "abc"}, B), ({B: -5}, B), ({B: 0}, B), ({B: True}, B), ({B: 1.5}, B),
+        ({B: float("nan")}, B), ({B: 1 << 40}, B), ({B: [64]}, B),
+        ({P: ["memdecay"]}, P), ({P: "nosuch"}, P), ({P: ""}, P), ({P: "x" * 5000}, P),
+        ({P: 3}, P),
+        ({B: 64, R: [99, 5]}, R), ({R: ["x", "y"]}, R), ({R: [1]}, R), ({R: [1, 100000]}, R),
+        ({R: [1, 5]}, R), ({R: [2, 0, 2, 10]}, R), ({R: [2, -3, 2, 13]}, R), ({R: "2,10"}, R),
+        ({R: [2, 10.0]}, R), ({R: [[2, 10]]}, R), ({R: []}, R), ({R: [2, 1] * 11}, R),
+        ({"memdecay_budget": 64}, "memdecay_budget"),
+        # the pinned cap: every token system under a budget of 8 (share 1.0 of it)
+        ({B: 8, R: [0, 10]}, R),
+    ]
+    for args, field in refused:
+        try:
+            fields.check(args, 10, view=view, s=s)
+            check(False, "refused: %s" % fields._show(args))
+        except fields.FieldError as e:
+            check(e.field == field and field in str(e),
+                  "refused, naming %s: %s -> %s" % (field, fields._show(args, 40), e))
+    for args in ({}, {B: 64}, {P: "recency"}, {B: 8, R: [0, 8, 2, 2]}, {R: [0, 10]},
+                 {"other_key": [1, 2]}):
+        try:
+            fields.check(args, 10, view=view, s=s)
+            check(True, "accepted: %s" % fields._show(args))
+        except fields.FieldError as e:
+            check(False, "accepted: %s (%s)" % (fields._show(args), e))
+    err = ""
+    try:
+        fields.check({P: "nosuch"}, 10, view=view, s=s)
+    except fields.FieldError as e:
+        err = str(e)
+    check("memdecay-turn" in err and "nosuch" in err, "a refused policy lists the daemon's names")
+    try:
+        fields.check({B: 64, R: [2, 10]}, 10, view=_View(None, {0}), s=s)
+        check(True, "no daemon yet: a well-formed request passes")
+    except fields.FieldError as e:
+        check(False, "no daemon yet: a well-formed request passes (%s)" % e)
+    os.environ["MEMDECAY_VLLM_MAX_PINNED_TOKENS"] = "4"
+    os.environ["MEMDECAY_VLLM_CLIENT_REGIONS"] = "deny"
+    try:
+        s2 = settings.Settings()
+    finally:
+        del os.environ["MEMDECAY_VLLM_MAX_PINNED_TOKENS"], os.environ["MEMDECAY_VLLM_CLIENT_REGIONS"]
+    for args, labelled, ok, what in (
+            ({R: [2, 10]}, False, False, "deny: a client's own region list is refused"),
+            ({R: [2, 10]}, True, True, "deny: the server's own labels pass"),
+            ({R: [0, 5, 2, 5], fields.LABEL_KEY: fields.NONCE}, False, False,
+             "absolute cap of 4 pinned tokens, no budget: 5 system tokens refused"),
+            ({R: [0, 4, 2, 6], fields.LABEL_KEY: fields.NONCE}, False, True,
+             "absolute cap of 4 pinned tokens: 4 system tokens pass"),
+            ({R: [0, 4, 2, 6], fields.LABEL_KEY: "guess"}, False, False,
+             "deny: a guessed nonce does not pass")):
+        try:
+            fields.check(args, 10, labelled_here=labelled, view=view, s=s2)
+            check(ok, what)
+        except fields.FieldError as e:
+            check(not ok and e.field == R, "%s (%s)" % (what, e))
+    # the offline helper refuses as the server does, before anything runs
+    from vllm import SamplingParams
+    for kw, field in (({"budget_tokens": "abc"}, B), ({"policy": ["memdecay"]}, P)):
+        try:
+            offline.prepare(tok, msgs, SamplingParams(max_tokens=4), **kw)
+            check(False, "offline.prepare refuses %s" % kw)
+        except fields.FieldError as e:
+            check(e.field == field, "offline.prepare refuses %s: %s" % (kw, e))
+    allsys = [dict(m, region="system") for m in msgs]
+    try:
+        offline.prepare(tok, allsys, SamplingParams(max_tokens=4), budget_tokens=32)
+        check(False, "offline.prepare refuses every message labelled system under budget 32")
+    except fields.FieldError as e:
+        check(e.field == "messages" and "pins" in str(e), "offline.prepare refuses every message labelled "
+              "system under budget 32: %s" % e)
 
 
 if __name__ == "__main__":
