@@ -10,6 +10,8 @@ workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
     worker.py         worker        pages, attention statistics, memdecayd's commands
     holes.py          worker        attention over the kept blocks only
     scheduler.py      engine core   evicted blocks back to vLLM's pool
+    sessions.py       engine core   a finished request's blocks kept for its next turn
+    fields.py         API server    the request fields checked, a 400 naming the bad one
     offline.py        yours         the same for the offline LLM API
 """
 from . import settings
@@ -34,8 +36,9 @@ def register():
                           "MemDecay is off and vLLM runs unchanged", vllm.__version__,
                           ", ".join(SUPPORTED_VLLM))
         return
-    from . import api, holes, scheduler, worker
+    from . import api, holes, scheduler, sessions, worker
     scheduler.install()
+    sessions.install()
     worker.install()
     holes.install()
     api.install()

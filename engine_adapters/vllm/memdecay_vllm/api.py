@@ -45,6 +45,7 @@ def annotate(serving, request, engine_inputs):
     the client sent its own labels and may), and checks the result; raises
     fields.FieldError."""
     xargs = request.vllm_xargs
+    fields.check_session_id(getattr(request, "session_id", None))
     if len(engine_inputs) != 1:
         for e in engine_inputs:
             fields.check(xargs, len(_prompt_ids(serving, e)))
@@ -101,6 +102,7 @@ def install():
         result = await orig_cmpl(self, request)
         if not isinstance(result, ErrorResponse):
             try:
+                fields.check_session_id(getattr(request, "session_id", None))
                 for e in result:
                     fields.check(request.vllm_xargs, len(_prompt_ids(self, e)))
             except fields.FieldError as e:

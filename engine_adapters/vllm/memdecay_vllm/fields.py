@@ -32,6 +32,7 @@ LABEL_KEY = "memdecay_labelled_by"
 NONCE = secrets.token_hex(16)
 KNOWN = (regions.BUDGET_KEY, regions.POLICY_KEY, regions.REGIONS_KEY, LABEL_KEY)
 BUDGET_MAX = (1 << 31) - 1
+ID_MAX = 256                                                # sessions.py's
 POLICY_FORM = re.compile(r"^[a-z0-9][a-z0-9_-]{0,30}$")     # HELLO's policy field: 31 bytes
 REGION_IDS = {int(r): r.name.lower() for r in Region}
 
@@ -164,6 +165,17 @@ def _regions(runs, n_prompt):
     return out
 
 
+def check_session_id(v, field="session_id"):
+    """vLLM's session id (the body's session_id, X-Session-ID, vllm_xargs.session_id)
+    names a MemDecay session (sessions.py): a non-empty string of at most ID_MAX
+    characters."""
+    if v is None:
+        return
+    if not isinstance(v, str) or not 0 < len(v) <= ID_MAX:
+        raise FieldError(field, "%s=%s: want a non-empty string of at most %d characters"
+                         % (field, _show(v), ID_MAX))
+
+
 def pinned_cap(budget, s=None):
     """The most tokens a request of this effective budget may pin, or None."""
     s = s or settings.get()
@@ -189,6 +201,8 @@ def check(args, n_prompt, labelled_here=False, view=None, s=None):
         if isinstance(key, str) and key.startswith(PREFIX) and key not in KNOWN:
             raise FieldError(key, "unknown field %s (MemDecay's fields: %s)"
                              % (_show(key), ", ".join(KNOWN[:3])))
+    if "session_id" in args:
+        check_session_id(args["session_id"], "vllm_xargs.session_id")
     view = view or daemon_view()
     known, pinned = view.snapshot()
     budget = _budget(args.get(regions.BUDGET_KEY))

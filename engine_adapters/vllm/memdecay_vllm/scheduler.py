@@ -32,10 +32,13 @@ def _managers(scheduler):
 def free_evicted(scheduler, evicted):
     """Frees the (request id, block index) pairs; returns how many blocks went back."""
     by_id = scheduler.requests
+    store = getattr(scheduler.kv_cache_manager, "_memdecay_store", None)
     n = 0
     for req_id, idx in evicted:
         req = by_id.get(req_id)
         if req is None or req.is_finished():
+            if store is not None:       # a retained session's block (sessions.py)
+                n += store.apply_evicted(req_id, idx)
             continue
         setattr(req, _FLAG, True)
         for mgr in _managers(scheduler):

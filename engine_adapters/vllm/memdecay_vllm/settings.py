@@ -69,6 +69,14 @@ class Settings:
                              % os.environ.get("MEMDECAY_VLLM_MAX_PINNED_SHARE"))
         # whether a client may send its own memdecay_regions run-length list
         self.client_regions = _choice("MEMDECAY_VLLM_CLIENT_REGIONS", "allow", ("allow", "deny"))
+        # sessions (sessions.py, docs/vllm.md "Sessions")
+        self.sessions = _choice("MEMDECAY_VLLM_SESSIONS", "on", ("on", "off")) == "on"
+        self.session_ids = _choice("MEMDECAY_VLLM_SESSION_IDS", "any", ("any", "require"))
+        self.session_share = _float("MEMDECAY_VLLM_SESSION_SHARE", 0.5)
+        if not 0 <= self.session_share <= 1:
+            raise ValueError("MEMDECAY_VLLM_SESSION_SHARE=%r: want a share from 0 to 1"
+                             % os.environ.get("MEMDECAY_VLLM_SESSION_SHARE"))
+        self.session_ttl_s = _float("MEMDECAY_VLLM_SESSION_TTL_S", 600.0)
         faults = os.environ.get("MEMDECAY_VLLM_TEST_FAULT", "")
         self.test_faults = {f.strip() for f in faults.split(",") if f.strip()}
         bad = self.test_faults - set(FAULT_POINTS)

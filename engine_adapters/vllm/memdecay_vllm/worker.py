@@ -119,7 +119,10 @@ class Engine:
         self.last_step = time.monotonic()
         self.counters = {"evicted_blocks": 0, "sibling_pages": 0, "deferred": 0, "stale": 0,
                          "untracked": 0, "kept_for_pinned": 0,
-                         "siblings_commanded": 0, "failed_open": 0}
+                         "siblings_commanded": 0, "failed_open": 0, "sessions_adopted": 0,
+                         "sessions_seeded": 0}
+        self.retained = {}         # sessions.py: finished requests kept for their next turn
+        self.adopting = {}         # a new request id -> (retained id, tokens adopted)
         self.failed = set()        # requests served without eviction after a fault here
         self.holes_only = {}       # such a request's holes, still compacted: req id -> set
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
@@ -260,12 +263,96 @@ class Engine:
             _log().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
                            "eviction: %s", req_id, budget, policy, e)
             k = None
+        adopted = self.adopting.pop(req_id, None)
+        if k is not None and adopted is not None:
+            r = self._adopt(req_id, st, k, reg, *adopted)
+            if r is not None:
+                return r
+        if k is not None and not k.free_seqs:
+            self._release_oldest(k)
         if k is None or not k.free_seqs:
             self.counters["untracked"] += 1
             return None
         r = _Req(req_id, k, k.free_seqs.pop(), reg)
         self.reqs[req_id] = r
+        if adopted is not None:
+            self._seed(r, st, adopted[1])
         return r
+
+    # ---- sessions (sessions.py): a finished request's sequence goes on ----
+    def _retain(self, req_id):
+        r = self.reqs.pop(req_id, None)
+        if r is not None:
+            r.step_tokens = 0
+            r.acc = r.kept = None
+            self.retained[req_id] = r
+
+    def _release(self, key):
+        r = self.retained.pop(key, None)
+        if r is not None:
+            self.reqs[key] = r
+            self._drop(key)
+
+    def _release_oldest(self, k):
+        for key, r in self.retained.items():
+            if r.klass is k:
+                self._release(key)
+                return
+
+    def _adopt(self, req_id, st, k, reg, key, n_tokens):
+        """The retained sequence `key` goes on as request req_id: the same daemon
+        sequence and pages up to the cut (n_tokens, block-aligned), the pages
+        past it freed, the holes kept.  None when there is none to go on with
+        (the caller then starts a sequence and seeds it from vLLM's blocks)."""
+        r = self.retained.pop(key, None)
+        if r is None:
+            return None
+        if r.klass is not k:                # another budget or policy this turn
+            self.reqs[key] = r
+            self._drop(key)
+            return None
+        cut_page = n_tokens // PAGE_TOKENS
+        for pidx in [p for p in r.pages if p >= cut_page]:
+            pg = r.pages.pop(pidx)
+            k.owner.pop(pg[0], None)
+            k.client.page_free(pg[0], memdecay.FINISHED)
+        r.holes = {b for b in r.holes if b < n_tokens // self.block_size}
+        r.id = req_id
+        r.prompt_regions = reg
+        r.n = n_tokens
+        self.reqs[req_id] = r
+        self.counters["sessions_adopted"] += 1
+        return r
+
+    def _seed(self, r, st, n_tokens):
+        """A new sequence for a request that adopted n_tokens of blocks this worker
+        holds no sequence for: pages for the kept blocks, holes where vLLM's
+        block list has the null block."""
+        ids = st.block_ids[0] if st.block_ids else []
+        bs = self.block_size
+        for b in range(n_tokens // bs):
+            if b < len(ids) and ids[b] == 0:
+                r.holes.add(b)
+                continue
+            r.n = b * bs
+            self._declare(r, (b + 1) * bs)
+        r.n = n_tokens
+        self.counters["sessions_seeded"] += 1
+
+    def _sessions_update(self, so):
+        """The scheduler's session events for this step: retained requests keep
+        their sequence, released ones end it, adopters are noted for _track."""
+        from .sessions import EVENTS_ATTR
+        ev = getattr(so, EVENTS_ATTR, None) or {}
+        retained = set(ev.get("retained", ()))
+        for req_id in so.finished_req_ids:
+            if req_id in retained and req_id in self.reqs:
+                self._retain(req_id)
+            else:
+                self._forget(req_id)
+        for key in ev.get("released", ()):
+            self._release(key)
+        self.adopting.update(ev.get("adopted", {}))
 
     def _drop(self, req_id):
         r = self.reqs.pop(req_id, None)
@@ -299,8 +386,7 @@ class Engine:
     # ---- hooks ----
     def on_update(self, runner, so):
         with _lock:
-            for req_id in so.finished_req_ids:
-                self._forget(req_id)
+            self._sessions_update(so)
             for req_id in so.scheduled_cached_reqs.resumed_req_ids:
                 self._forget(req_id)        # recomputed from its first token
             for req_id, n in so.num_scheduled_tokens.items():

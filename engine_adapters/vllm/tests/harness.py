@@ -142,6 +142,24 @@ def agent_messages():
     return out
 
 
+def metric(url, name):
+    """The sum of a Prometheus series from vLLM's /metrics (0 when absent)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def read_sessions(path):
+    """The session lines of the plugin's trace (sessions.py): events and counters."""
+    if not os.path.exists(path):
+        return []
+    return [r for r in (json.loads(line) for line in open(path) if line.strip())
+            if "sessions" in r]
+
+
 def read_trace(path):
     if not os.path.exists(path):
         return [], []
@@ -171,23 +189,25 @@ def free_port():
     return p
 
 
-def start_server(work, daemon, trace=None, name="smollm2", extra_env=None, on=True):
-    """`vllm serve` with LLM_ARGS on a free loopback port, the plugin switched on;
-    its own process group (killpg ends it all), killed with its parent.  Returns
-    (process, base url, log path) once /health answers."""
+def start_server(work, daemon, trace=None, name="smollm2", extra_env=None, on=True,
+                 extra_args=(), llm_args=None, log_name="vllm.log"):
+    """`vllm serve` with LLM_ARGS (updated by llm_args) on a free loopback port, the
+    plugin switched on, extra_args appended to its command line; its own process
+    group (killpg ends it all), killed with its parent.  Returns (process, base
+    url, log path) once /health answers."""
     port = free_port()
-    a = LLM_ARGS
+    a = dict(LLM_ARGS, **(llm_args or {}))
     cmd = [os.path.join(os.path.dirname(sys.executable), "vllm"), "serve", MODEL,
            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
            "--dtype", a["dtype"], "--max-model-len", str(a["max_model_len"]), "--enforce-eager",
            "--gpu-memory-utilization", str(a["gpu_memory_utilization"]),
            "--block-size", str(a["block_size"]),
            "--max-num-batched-tokens", str(a["max_num_batched_tokens"]),
-           "--max-num-seqs", str(a["max_num_seqs"])]
+           "--max-num-seqs", str(a["max_num_seqs"])] + list(extra_args)
     env = dict(os.environ)
     env.update(plugin_env(daemon, trace, on))
     env.update(extra_env or {})
-    log = os.path.join(work, "vllm.log")
+    log = os.path.join(work, log_name)
     p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                          preexec_fn=die_with_parent)
     url = "http://127.0.0.1:%d" % port

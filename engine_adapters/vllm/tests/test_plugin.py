@@ -8,6 +8,8 @@
   - on the checked version it installs every hook;
   - regions: roles, tool calls and explicit labels through the model's own chat
     template; the run-length form round-trips and refuses what is out of range;
+  - the session store's rules (sessions.Store on stand-ins for vLLM's block
+    pool): what is retained, who may adopt what, the share cap, the TTL;
   - the request fields' checks (fields.check, docs/vllm.md "Bad requests"):
     every malformed budget, policy and region list is refused naming its
     field, the pinned-token cap and MEMDECAY_VLLM_CLIENT_REGIONS=deny hold,
@@ -25,8 +27,10 @@ from vllm.v1.core.single_type_kv_cache_manager import SingleTypeKVCacheManager a
 from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat as C
 from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion as O
 from vllm.v1.engine.input_processor import InputProcessor as P
+from vllm.v1.core.kv_cache_manager import KVCacheManager as K
 fs = [R._update_states, R.sample_tokens, I.forward, B.build, S.update_from_output, M.cache_blocks,
-      C.render_chat_request, O.render_completion_request, P.process_inputs]
+      C.render_chat_request, O.render_completion_request, P.process_inputs, S._free_blocks,
+      S.schedule, K.get_computed_blocks, K.allocate_slots, K.reset_prefix_cache]
 print("HOOKED", sum("memdecay_vllm" in f.__code__.co_filename for f in fs), "OF", len(fs))
 """
 
@@ -57,17 +61,17 @@ def main():
           "entry point vllm.general_plugins: memdecay = memdecay_vllm:register")
 
     rc, out = run("import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {})
-    check(rc == 0 and "HOOKED 0 OF 9" in out, "switched off: no hook installed")
+    check(rc == 0 and "HOOKED 0 OF 14" in out, "switched off: no hook installed")
 
     rc, out = run("import vllm; vllm.__version__ = '0.31.9'\n"
                   "import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {"MEMDECAY_VLLM": "1"})
     lines = [x for x in out.splitlines() if "memdecay_vllm" in x and "0.31.9" in x]
-    check(rc == 0 and "HOOKED 0 OF 9" in out and len(lines) == 1,
+    check(rc == 0 and "HOOKED 0 OF 14" in out and len(lines) == 1,
           "unknown vLLM version: one line (%r) and no hook" % (lines[0][-90:] if lines else ""))
 
     rc, out = run("import memdecay_vllm; memdecay_vllm.register(); memdecay_vllm.register()" + HOOKS,
                   {"MEMDECAY_VLLM": "1"})
-    check(rc == 0 and "HOOKED 9 OF 9" in out, "switched on: all 9 hooks installed, once")
+    check(rc == 0 and "HOOKED 14 OF 14" in out, "switched on: all 14 hooks installed, once")
 
     from transformers import AutoTokenizer
     from memdecay import Region
@@ -100,6 +104,7 @@ def main():
         except ValueError:
             check(True, "unrle refuses %r" % bad)
     check_fields(check, tok, msgs)
+    check_store(check)
     print("test_plugin:", "PASS" if not fails else "FAIL (%d)" % len(fails))
     return 1 if fails else 0
 
@@ -191,6 +196,128 @@ def check_fields(check, tok, msgs):
     except fields.FieldError as e:
         check(e.field == "messages" and "pins" in str(e), "offline.prepare refuses every message labelled "
               "system under budget 32: %s" % e)
+
+
+class _Block:
+    def __init__(self, i):
+        self.block_id, self.is_null, self.ref_cnt = i, i == 0, 1
+
+
+class _Pool:
+    def __init__(self, n):
+        self.num_gpu_blocks = n
+        self.null_block = _Block(0)
+        self.freed = []
+
+    def free_blocks(self, blocks):
+        self.freed.extend(b.block_id for b in blocks if not b.is_null)
+
+
+class _Mgr:
+    def __init__(self):
+        self.req_to_blocks, self.num_cached_block = {}, {}
+
+    def pop_blocks_for_free(self, rid):
+        self.num_cached_block.pop(rid, None)
+        return self.req_to_blocks.pop(rid, [])
+
+
+class _Status:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Params:
+    def __init__(self, budget):
+        self.extra_args = {"memdecay_budget_tokens": budget} if budget else {}
+
+
+class _Request:
+    def __init__(self, rid, tokens, budget=64, session_id=None, salt=None, computed=None,
+                 status="FINISHED_STOPPED"):
+        self.request_id, self.all_token_ids = rid, list(tokens)
+        self.num_tokens = len(tokens)
+        self.num_computed_tokens = len(tokens) - 1 if computed is None else computed
+        self.sampling_params = _Params(budget)
+        self.session_id, self.cache_salt, self.lora_request = session_id, salt, None
+        self.status = _Status(status)
+        self.skip_reading_prefix_cache, self.mm_features, self.prompt_embeds = False, [], None
+
+
+def check_store(check):
+    """The session store's rules on stand-ins for vLLM's block pool, managers and
+    requests (the real ones run in test_sessions.py)."""
+    from memdecay_vllm import sessions, settings
+    bs = 4
+
+    def store(**env):
+        saved = dict(os.environ)
+        os.environ.update({k: str(v) for k, v in env.items()})
+        try:
+            st = sessions.Store(None, settings.Settings())
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        pool = _Pool(41)
+        st.manager = type("M", (), {"block_pool": pool})()
+        return st, pool
+
+    def finish(st, mgr, rid, tokens, blocks, **kw):
+        r = _Request(rid, tokens, **kw)
+        mgr.req_to_blocks[rid] = [_Block(b) for b in blocks]
+        return st.retain(r, [mgr], bs)
+
+    st, pool = store()
+    mgr = _Mgr()
+    toks = list(range(100, 122))                    # 22 tokens: 21 computed, 5 whole blocks
+    finish(st, mgr, "a", toks, [5, 0, 7, 8, 9, 10], session_id="s1")
+    x = st.sessions.get("a")
+    check(x is not None and len(x.tokens) == 20 and pool.freed == [10] and x.held == 4,
+          "store: a finished request keeps its whole blocks, holes included; the partial one "
+          "goes back (freed %s)" % pool.freed)
+    nxt = toks[:20] + [1, 2, 3, 4, 5, 6]
+    for what, req, want in (
+            ("the same id, the same prefix", _Request("b", nxt, session_id="s1"), 20),
+            ("another id", _Request("c", nxt, session_id="s2"), 0),
+            ("no id", _Request("d", nxt), 0),
+            ("another cache_salt", _Request("e", nxt, session_id="s1", salt="t"), 0),
+            ("no budget", _Request("f", nxt, budget=0, session_id="s1"), 0),
+            ("an edit at token 9", _Request("g", toks[:9] + [0] + nxt[10:], session_id="s1"), 8),
+            ("a prompt one token past the retained ones",
+             _Request("h", toks[:21], session_id="s1"), 20),
+            ("a prompt equal to the retained tokens", _Request("i", toks[:20], session_id="s1"),
+             16)):
+        got = st.match(req, bs)[1]
+        check(got == want, "store: %s adopts %d tokens (want %d)" % (what, got, want))
+    b = _Request("b", nxt, session_id="s1")
+    st.install(b, x, 20, [mgr], bs)
+    st.consume(b, x, 20, bs)
+    check("a" not in st.sessions and [blk.block_id for blk in mgr.req_to_blocks["b"]] ==
+          [5, 0, 7, 8, 9] and getattr(b, sessions.EVICTED_FLAG, False)
+          and st.events["adopted"] == {"b": ("a", 20)},
+          "store: adoption moves the blocks (holes stay holes) and flags no prefix caching")
+    st, pool = store(MEMDECAY_VLLM_SESSION_IDS="require")
+    mgr = _Mgr()
+    check(not finish(st, mgr, "a", toks, [5, 6, 7, 8, 9, 10]) and not st.sessions,
+          "store: with ids required, a request without one is not retained")
+    st, pool = store(MEMDECAY_VLLM_SESSION_SHARE="0.25")      # 10 of the 40 usable blocks
+    mgr = _Mgr()
+    finish(st, mgr, "a", toks, [1, 2, 3, 4, 5, 6])
+    finish(st, mgr, "b", [7] * 22, [11, 12, 13, 14, 15, 16])
+    finish(st, mgr, "c", [8] * 22, [21, 22, 23, 24, 25, 26])
+    check(list(st.sessions) == ["b", "c"] and st.counters["released_cap"] == 1,
+          "store: past its share of the pool the least recently used session goes (%s)"
+          % list(st.sessions))
+    big = list(range(60))
+    check(finish(st, mgr, "d", big, list(range(30, 45))) and "d" not in st.sessions
+          and st.counters["refused"] == 1, "store: a session larger than the share is refused")
+    check(st.apply_evicted("b", 1) == 1 and st.sessions["b"].blocks[0][1].is_null
+          and st.sessions["b"].held == 4, "store: a retained block the daemon evicts is a hole")
+    st.sessions["c"].last_used -= 10 ** 6
+    st.expire()
+    check("c" not in st.sessions and st.counters["expired"] == 1, "store: the TTL releases")
+    check(sessions.common_prefix(list(range(50)), list(range(37)) + [0], 8) == 37,
+          "store: the common prefix is exact to the token")
 
 
 if __name__ == "__main__":

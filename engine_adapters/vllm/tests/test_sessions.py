@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""test_sessions.py — an agent's session keeps its bounded cache across turns
+(docs/vllm.md "Sessions"): a real `vllm serve` with the plugin, a live
+memdecayd, multi-turn conversations written back turn by turn through the
+openai client (agents.py).
+
+  transparency  a session whose budget never binds gives the same replies,
+                turn by turn, as plain vLLM (no budget, prefix caching), and
+                from turn 2 on its prompt is served from the session;
+  accounting    a session under a budget of 256 tokens: at every step of every
+                turn it holds <= budget + 1 block in vLLM's own block lists;
+                from turn 2 on the prompt tokens computed (prompt tokens less
+                cached_tokens) are the new suffix plus at most one block;
+  isolation     another session id, another cache_salt, a request without an
+                id, an edited earlier message: no adoption (or only up to the
+                edit), and the reply equals a fresh request's;
+  faults        memdecayd killed mid-session: the next turns are answered (the
+                session keeps being served); a session left alone past the TTL
+                is released at the next step;
+  pressure      (second server) the operator's default budget, a KV pool of
+                48 blocks for three concurrent sessions of an unmodified
+                OpenAI client (no id, no MemDecay field): every turn answered,
+                retained sessions released under pressure, no preemption, and
+                the client sees cached_tokens from turn 2 on;
+  restart       vLLM killed and restarted: the sessions are gone and the next
+                turn is a full prefill, answered.
+
+test_sessions.py [--quick] [--keep DIR]   (--quick: fewer turns; CI)"""
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agents  # noqa: E402
+import harness  # noqa: E402
+
+MODEL = "smollm2"
+BLOCK = harness.BLOCK
+fails = []
+
+
+def check(ok, what):
+    print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
+    if not ok:
+        fails.append(what)
+    return ok
+
+
+def ask(client, messages, budget=None, session=None, salt=None, max_tokens=16, plain=False):
+    body = {}
+    xargs = {}
+    if budget is not None:
+        xargs["memdecay_budget_tokens"] = budget
+    if xargs:
+        body["vllm_xargs"] = xargs
+    if session is not None:
+        body["session_id"] = session
+    if salt is not None:
+        body["cache_salt"] = salt
+    if plain:
+        messages = [{k: v for k, v in m.items() if k != "region"} for m in messages]
+    r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0.0,
+                                       max_tokens=max_tokens, extra_body=body or None)
+    u = r.usage
+    cached = (u.prompt_tokens_details.cached_tokens
+              if u.prompt_tokens_details is not None else 0) or 0
+    return {"id": r.id, "text": r.choices[0].message.content or "",
+            "prompt": u.prompt_tokens, "completion": u.completion_tokens, "cached": cached}
+
+
+def converse(client, sess, turns, **kw):
+    msgs = agents.start_messages()
+    out = []
+    for k in range(turns):
+        msgs += sess.turn(k)
+        a = ask(client, msgs, **kw)
+        out.append(a)
+        msgs.append({"role": "assistant", "content": a["text"]})
+    return out, msgs
+
+
+def adopted_ids(trace):
+    got = {}
+    for row in harness.read_sessions(trace):
+        got.update(row["sessions"].get("adopted", {}))
+    return got
+
+
+def counters(trace):
+    rows = harness.read_sessions(trace)
+    return rows[-1]["counters"] if rows else {}
+
+
+def part_transparency(client, trace, turns):
+    print("transparency: a budget that never binds, against plain vLLM", flush=True)
+    sess = agents.Session(101, turns)
+    plain, _ = converse(client, sess, turns)
+    mine, _ = converse(client, sess, turns, budget=100000, session="transparent")
+    same = [p["text"] == m["text"] for p, m in zip(plain, mine)]
+    check(all(same), "the same replies turn by turn (%d of %d): %r"
+          % (sum(same), len(same), [m["text"][:30] for m in mine]))
+    ad = adopted_ids(trace)
+    hits = [any(k.startswith(m["id"]) for k in ad) for m in mine[1:]]
+    check(all(hits), "turns 2..%d adopted the session (%d of %d)" % (turns, sum(hits), len(hits)))
+    check(all(m["cached"] > 0 for m in mine[1:]),
+          "cached_tokens from turn 2 on: %s" % [m["cached"] for m in mine])
+
+
+def part_accounting(client, trace, turns):
+    budget = 256
+    print("accounting: a session under a budget of %d tokens, %d turns" % (budget, turns),
+          flush=True)
+    sess = agents.Session(202, turns)
+    out, _ = converse(client, sess, turns, budget=budget, session="acct")
+    time.sleep(0.5)
+    held, ev = harness.read_trace(trace)
+    limit = math.ceil(budget / BLOCK) + 1
+    for k, a in enumerate(out):
+        rows = [h for h in held if h["req"].startswith(a["id"])]
+        worst = max((h["held"] for h in rows), default=-1)
+        check(rows and worst <= limit, "turn %d: at every one of %d steps it held <= budget + 1 "
+              "block (max %d, limit %d)" % (k + 1, len(rows), worst, limit))
+    n_ev = sum(1 for e in ev for a in out if e["evict"].startswith(a["id"]))
+    check(n_ev > 0, "the budget bound: %d blocks evicted over the session" % n_ev)
+    for k in range(1, turns):
+        prev, cur = out[k - 1], out[k]
+        new = cur["prompt"] - (prev["prompt"] + prev["completion"])
+        computed = cur["prompt"] - cur["cached"]
+        check(computed <= max(new, 0) + BLOCK,
+              "turn %d: %d prompt tokens computed for a new suffix of %d (+ at most %d); %d "
+              "served from the session" % (k + 1, computed, new, BLOCK, cur["cached"]))
+    return out
+
+
+def part_isolation(client, trace):
+    print("isolation: other ids, salts, no id, an edited message", flush=True)
+    sess = agents.Session(303, 3)
+    _, msgs = converse(client, sess, 2, budget=100000, session="iso")
+    msgs = msgs + sess.turn(2)
+    fresh = ask(client, msgs)                       # no budget: plain vLLM
+    cases = [("another session id", dict(session="iso-other")),
+             ("the same id, another cache_salt", dict(session="iso", salt="tenant-b")),
+             ("no id", dict())]
+    ad_before = set(adopted_ids(trace))
+    for what, kw in cases:
+        a = ask(client, msgs, budget=100000, **kw)
+        ad = set(adopted_ids(trace)) - ad_before
+        check(not any(k.startswith(a["id"]) for k in ad) and a["text"] == fresh["text"],
+              "%s: not adopted, the reply equals a fresh request's (%r)" % (what, a["text"][:30]))
+    edited = [dict(m) for m in msgs]
+    edited[2]["content"] = edited[2]["content"].replace("Next, check", "Then verify")
+    a = ask(client, edited, budget=100000, session="iso")
+    b = ask(client, edited)
+    check(a["text"] == b["text"], "an edited earlier message: the reply equals a fresh request's")
+    # a retained session serves only up to the edit: at most the tokens before it
+    head = ask(client, msgs[:2], max_tokens=1)["prompt"]
+    check(a["cached"] <= head + BLOCK, "an edited earlier message: %d tokens served from the "
+          "session, the edit after token %d" % (a["cached"], head))
+    # the same id, the untouched history: adopted
+    a = ask(client, msgs, budget=100000, session="iso")
+    ok = any(k.startswith(a["id"]) for k in adopted_ids(trace))
+    check(not ok or a["text"] == fresh["text"], "the session's own next turn (adopted: %s) "
+          "replies as plain vLLM" % ok)
+
+
+def part_faults(client, work, daemon, trace):
+    print("faults: memdecayd killed mid-session", flush=True)
+    sess = agents.Session(404, 4)
+    msgs = agents.start_messages()
+    got = []
+    for k in range(4):
+        if k == 2:
+            daemon.kill()
+        msgs += sess.turn(k)
+        a = ask(client, msgs, budget=256, session="faults")
+        got.append(a)
+        msgs.append({"role": "assistant", "content": a["text"]})
+    check(all(g["text"] for g in got), "every turn answered across the daemon's death: %r"
+          % [g["text"][:20] for g in got])
+    check(got[3]["cached"] > 0, "the session is still adopted without a daemon (%d cached)"
+          % got[3]["cached"])
+    return harness.Daemon(work, name="memdecayd-2").start()
+
+
+def part_ttl(client, trace, ttl):
+    print("ttl: an abandoned session is released", flush=True)
+    sess = agents.Session(505, 1)
+    msgs = agents.start_messages() + sess.turn(0)
+    ask(client, msgs, budget=256, session="abandoned")
+    before = counters(trace).get("expired", 0)
+    time.sleep(ttl + 1)
+    ask(client, [{"role": "user", "content": "Hello."}], max_tokens=2)     # any next step
+    after = counters(trace).get("expired", 0)
+    check(after > before, "released after its TTL of %.0f s (expired %d -> %d)"
+          % (ttl, before, after))
+
+
+def part_pressure(client, url, trace, turns):
+    print("pressure: 3 unmodified clients, the operator's budget, a pool of 48 blocks",
+          flush=True)
+    results = {}
+
+    def run(i):
+        try:
+            results[i] = converse(client, agents.Session(600 + i, turns), turns, plain=True)[0]
+        except Exception as e:
+            results[i] = e
+    th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(1200)
+    errs = [r for r in results.values() if isinstance(r, Exception)]
+    check(not errs and len(results) == 3, "every turn of 3 sessions x %d turns answered%s"
+          % (turns, " (%r)" % errs[0] if errs else ""))
+    if errs:
+        return
+    cached = [[a["cached"] for a in r] for r in results.values()]
+    check(all(sum(1 for c in cs[1:] if c > 0) >= (turns - 1) // 2 for cs in cached),
+          "the client saw cached_tokens from turn 2 on: %s" % cached)
+    time.sleep(0.5)
+    c = counters(trace)
+    pre = harness.metric(url, "vllm:num_preemptions_total")
+    check(pre == 0, "no preemption (vllm:num_preemptions_total %d)" % pre)
+    check(c.get("released_pressure", 0) + c.get("released_cap", 0) > 0,
+          "retained sessions were released to make room: %s" % c)
+
+
+def part_restart(work, daemon, sess_msgs, env, args):
+    print("restart: vLLM killed and started again", flush=True)
+    server, url, log = harness.start_server(work, daemon, None, MODEL, env, extra_args=args,
+                                            log_name="vllm-restart.log")
+    import openai
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
+    try:
+        a = ask(client, sess_msgs, budget=256, session="acct")
+        check(bool(a["text"]) and a["cached"] <= 2 * BLOCK,
+              "the next turn is answered from a full prefill (%d cached)" % a["cached"])
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--keep", default=None)
+    a = ap.parse_args()
+    turns = 3 if a.quick else 6
+    work = a.keep or harness.tmpdir("md-vllm-sessions-")
+    os.makedirs(work, exist_ok=True)
+    harness.exit_on_sigterm()
+    import openai
+    daemon = harness.Daemon(work).start()
+    d2 = None
+    servers = []
+    ttl = 20.0
+    args = ["--enable-prompt-tokens-details"]
+    try:
+        trace = os.path.join(work, "trace.jsonl")
+        env = {"MEMDECAY_VLLM_SESSION_TTL_S": str(ttl)}
+        server, url, log = harness.start_server(work, daemon, trace, MODEL, env, extra_args=args)
+        servers.append(server)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
+        part_transparency(client, trace, turns)
+        acct = part_accounting(client, trace, turns)
+        part_isolation(client, trace)
+        part_ttl(client, trace, ttl)
+        d2 = part_faults(client, work, daemon, trace)
+        check(server.poll() is None and "Traceback" not in open(log).read(),
+              "vllm serve ran through it all, no traceback in its log")
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        sess = agents.Session(202, turns + 1)
+        msgs = agents.start_messages()
+        for k in range(turns):
+            msgs += sess.turn(k) + [{"role": "assistant", "content": acct[k]["text"]}]
+        msgs += sess.turn(turns)
+        part_restart(work, d2, msgs, env, args)
+        trace2 = os.path.join(work, "trace-pressure.jsonl")
+        env2 = {"MEMDECAY_VLLM_BUDGET_TOKENS": "256"}
+        server, url, log = harness.start_server(
+            work, d2, trace2, MODEL, env2, log_name="vllm-pressure.log",
+            extra_args=args + ["--num-gpu-blocks-override", "48"])
+        servers.append(server)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
+        part_pressure(client, url, trace2, turns + 1)
+    except Exception as e:
+        check(False, "%s: %s" % (type(e).__name__, e))
+    finally:
+        for s in servers:
+            if s.poll() is None:
+                os.killpg(s.pid, signal.SIGKILL)
+        for d in (daemon, d2):
+            if d is not None:
+                d.stop()
+        if fails:
+            for f in ("vllm.log", "vllm-pressure.log", "vllm-restart.log", "memdecayd.log"):
+                p = os.path.join(work, f)
+                if os.path.exists(p):
+                    print("---- %s (tail)\n%s" % (f, open(p).read()[-3000:]))
+    print("test_sessions:", "PASS" if not fails else "FAIL (%d)" % len(fails))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
