@@ -163,9 +163,8 @@ static void refuse(struct md__daemon *d, struct md__conn *c, const char *msg)
 }
 
 /* HELLO → the engine's options, or a refusal reason in err (and an errno). */
-static int hello_opts(struct md__daemon *d, const struct md__conn *c, const char *hello_line,
-		      struct md__hello *hello, struct md__engine_opts *opts, char *err,
-		      size_t errlen)
+static int hello_opts(struct md__daemon *d, const char *hello_line, struct md__hello *hello,
+		      struct md__engine_opts *opts, char *err, size_t errlen)
 {
 	if (md__hello_parse(hello_line, hello, err, errlen) < 0)
 		return -EINVAL;
@@ -183,10 +182,11 @@ static int hello_opts(struct md__daemon *d, const struct md__conn *c, const char
 	opts->budget_engine_pages = hello->budget_pages;
 	opts->budget_sequence_tokens = hello->budget_sequence_tokens;
 	/* An engine's own word on its share of the global budget is believed
-	 * only up to budget.max_engine_weight unless it runs as the daemon's uid
-	 * (memdecayctl weight sets any value): docs/reliability.md, "Peers". */
+	 * only up to budget.max_engine_weight, whatever its uid: in a container
+	 * every process usually runs as the daemon's.  Only memdecayctl weight
+	 * sets more (docs/reliability.md, promise 14). */
 	opts->weight = hello->weight;
-	if (c->uid != geteuid() && opts->weight > md__daemon_params(d)->max_engine_weight)
+	if (opts->weight > md__daemon_params(d)->max_engine_weight)
 		opts->weight = md__daemon_params(d)->max_engine_weight;
 	return 0;
 }
@@ -369,13 +369,28 @@ static void peer_register(struct md__daemon *d, struct md__conn *c, struct md__p
 		 hello->policy[0] ? hello->policy : "default");
 }
 
+/* A HELLO weight above budget.max_engine_weight was cut to it: counted
+ * (stats "weights_clamped") and said, at the refusals' rate. */
+static void weight_clamped(struct md__daemon *d, const struct md__peer *e, double asked,
+			   double got)
+{
+	d->weights_clamped++;
+	uint64_t held;
+	if (md__ratelimit_ok(&d->refuse_rl, md_now_ns(), &held))
+		md__warn("engine %u (%s, pid %d uid %u): HELLO weight %g clamped to %g "
+			 "(budget.max_engine_weight; memdecayctl weight sets more) (%llu refusal "
+			 "or clamp lines suppressed before this one)",
+			 e->id, e->name, (int)e->pid, (unsigned)e->uid, asked, got,
+			 (unsigned long long)held);
+}
+
 int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line)
 {
 	char err[256];
 	struct md__hello hello;
 	struct md__engine_opts opts;
 	uint64_t uid_bytes;
-	int rc = hello_opts(d, c, hello_line, &hello, &opts, err, sizeof(err));
+	int rc = hello_opts(d, hello_line, &hello, &opts, err, sizeof(err));
 	if (!rc)
 		rc = peer_limits(d, c, &uid_bytes, err, sizeof(err));
 	if (rc) {
@@ -430,6 +445,8 @@ int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_
 	close(e->dseg_fd);
 	e->eseg_fd = e->dseg_fd = -1;
 	peer_register(d, c, e, &hello);
+	if (opts.weight < hello.weight)
+		weight_clamped(d, e, hello.weight, opts.weight);
 	return 0;
 
 fail_host:

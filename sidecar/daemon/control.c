@@ -503,12 +503,14 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	if (r->json) {
 		md__sbuf_printf(b, "{\"daemon\":{\"instance\":%llu,\"backend\":\"%s\",\"uptime_s\":%.3f,"
 				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
+				   "\"weights_clamped\":%llu,"
 				   "\"connections\":%d,\"connections_refused\":%llu,\"connections_evicted\":%llu,"
 				   "\"iterations\":%llu,"
 				   "\"sleeps\":%llu,\"naps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
 				(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
 				d->n_engines, (unsigned long long)d->attaches,
-				(unsigned long long)d->attach_refused, d->n_conns,
+				(unsigned long long)d->attach_refused,
+				(unsigned long long)d->weights_clamped, d->n_conns,
 				(unsigned long long)d->conns_refused,
 				(unsigned long long)d->conns_evicted, (unsigned long long)d->iterations,
 				(unsigned long long)d->sleeps, (unsigned long long)d->naps,
@@ -539,8 +541,9 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	md__sbuf_printf(b, "memdecayd instance %llu, %s loop, up %.1f s, %u engines, %d connections\n",
 			(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
 			d->n_engines, d->n_conns);
-	md__sbuf_printf(b, "  attaches %llu (refused %llu), detaches:", (unsigned long long)d->attaches,
-			(unsigned long long)d->attach_refused);
+	md__sbuf_printf(b, "  attaches %llu (refused %llu, weight clamped %llu), detaches:",
+			(unsigned long long)d->attaches, (unsigned long long)d->attach_refused,
+			(unsigned long long)d->weights_clamped);
 	for (int k = 0; k < MD__DETACH_COUNT; k++)
 		md__sbuf_printf(b, " %s=%llu", md__detach_reason_name(k),
 				(unsigned long long)d->detaches[k]);
@@ -640,6 +643,10 @@ static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 	md__sbuf_printf(b, "memdecay_attaches_total %llu\n", (unsigned long long)d->attaches);
 	prom_head(b, "memdecay_attach_refused_total", "counter", "HELLOs refused.");
 	md__sbuf_printf(b, "memdecay_attach_refused_total %llu\n", (unsigned long long)d->attach_refused);
+	prom_head(b, "memdecay_weights_clamped_total", "counter",
+		  "HELLO weights cut to budget.max_engine_weight.");
+	md__sbuf_printf(b, "memdecay_weights_clamped_total %llu\n",
+			(unsigned long long)d->weights_clamped);
 	prom_head(b, "memdecay_detaches_total", "counter", "Engines detached, by reason.");
 	for (int k = 0; k < MD__DETACH_COUNT; k++)
 		md__sbuf_printf(b, "memdecay_detaches_total{reason=\"%s\"} %llu\n",

@@ -181,6 +181,7 @@ struct md__daemon {
 	uint64_t iterations, sleeps, naps;
 	uint64_t last_work_ns;        /* last iteration that found engine work (daemon.nap_ms) */
 	uint64_t attaches, attach_refused, detaches[MD__DETACH_COUNT];
+	uint64_t weights_clamped;     /* HELLO weights cut to budget.max_engine_weight */
 	uint64_t conns_refused, conns_evicted, ctl_requests, ctl_errors, reloads, reload_failures;
 	struct md__calib_live *calib;      /* sidecar/calib: trackers, statistics, journal */
 	/* wall time of each md__host_decide call that returned evictions */

@@ -171,7 +171,7 @@ static const struct scalar_key scalar_keys[] = {
 	{"daemon.max_engines_per_uid", K_U32, OFF(max_engines_per_uid), 0, 0, 0, 0, 1, 65536},
 	{"daemon.max_segment_bytes_per_uid", K_U64, OFF(max_segment_bytes_per_uid), 0, 0, 0, 0,
 	 1ull << 20, 1ull << 48},
-	/* HELLO weight=W of an engine without the daemon's uid is clamped to this */
+	/* HELLO weight=W of any engine, whatever its uid, is clamped to this */
 	{"budget.max_engine_weight", K_DOUBLE, OFF(max_engine_weight), 0, 1e6, 1, 0, 0, 0},
 };
 #define N_SCALAR (sizeof(scalar_keys) / sizeof(scalar_keys[0]))

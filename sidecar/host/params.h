@@ -44,7 +44,7 @@ struct md__params {
 	uint32_t max_engines;                 /* daemon.max_engines */
 	uint32_t max_engines_per_uid;         /* daemon.max_engines_per_uid */
 	uint64_t max_segment_bytes_per_uid;   /* daemon.max_segment_bytes_per_uid */
-	double max_engine_weight;             /* budget.max_engine_weight (other uids' HELLO weight) */
+	double max_engine_weight;             /* budget.max_engine_weight (any HELLO weight) */
 };
 
 /* Starting values: docs/design.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */

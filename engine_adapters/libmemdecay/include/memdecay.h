@@ -44,7 +44,8 @@ struct md_client_config {
 	const char *policy;           /* NULL: daemon default */
 	int64_t budget_engine_pages;  /* -1: daemon config */
 	int64_t budget_sequence_tokens; /* -1: daemon config */
-	double weight;                /* share of a global budget; 0 = 1.0 */
+	double weight;                /* share of a global budget; 0 = 1.0; the daemon
+	                                 clamps it to budget.max_engine_weight */
 };
 void md_client_config_init(struct md_client_config *cfg);
 
