@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 import memdecay
+from memdecay import checks
 from .pages import LayerHeartbeat, SeqPages
 
 
@@ -65,7 +66,9 @@ class MemDecayOnline:
     def __init__(self, feeder, policy="memdecay", budget_tokens=0, socket=None,
                  page_tokens=16, page_capacity=4096, engine_name="transformers"):
         self.f = feeder
-        self.budget = int(budget_tokens)
+        # refused here, naming the argument, before anything runs
+        self.budget = checks.budget_tokens(budget_tokens, "budget_tokens", minimum=0)
+        checks.policy(policy, "policy", checks.known_policies(socket))
         self.client = memdecay.Client(socket_path=socket, engine_name=engine_name,
                                       page_tokens=page_tokens, page_capacity=page_capacity,
                                       max_seqs=1, policy=policy,

@@ -34,7 +34,7 @@ from kvpress import ScorerPress
 from kvpress.utils import compute_n_kept
 
 import memdecay
-from memdecay import Region
+from memdecay import Region, checks
 from .pages import SeqPages, beat, set_budget
 
 log = logging.getLogger("memdecay_transformers")
@@ -81,6 +81,11 @@ class MemDecayPress(ScorerPress):
     engine_name: str = "kvpress"
 
     def __post_init__(self):
+        r = self.compression_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
+            raise ValueError("compression_ratio=%s: want a fraction of the cache to remove, "
+                             "from 0 up to (not including) 1" % checks.show(r))
+        checks.policy(self.policy, "policy", checks.known_policies(self.socket))
         super().__post_init__()
         self.client = None
         self.seq = None

@@ -147,6 +147,28 @@ def online(model, tok, d):
     on.close()
 
 
+def refusals(model, tok, d):
+    """A bad argument is refused before anything runs, naming it; the policy names
+    are the daemon's."""
+    for kw, name in (({"compression_ratio": 1.5}, "compression_ratio"),
+                     ({"compression_ratio": "half"}, "compression_ratio"),
+                     ({"policy": "nosuch"}, "policy"), ({"policy": ["memdecay"]}, "policy")):
+        try:
+            MemDecayPress(socket=d.sock, **kw)
+            check(False, "MemDecayPress refuses %s" % kw)
+        except ValueError as e:
+            check(name in str(e) and ("memdecay-turn" in str(e) or name != "policy"),
+                  "MemDecayPress refuses %s: %s" % (kw, e))
+    f = Feeder(model)
+    for kw, name in (({"budget_tokens": -5}, "budget_tokens"),
+                     ({"budget_tokens": "abc"}, "budget_tokens"), ({"policy": "x y"}, "policy")):
+        try:
+            MemDecayOnline(f, socket=d.sock, **kw)
+            check(False, "MemDecayOnline refuses %s" % kw)
+        except ValueError as e:
+            check(name in str(e), "MemDecayOnline refuses %s: %s" % (kw, e))
+
+
 def main():
     bindir = os.environ["MEMDECAY_BIN"]
     model_dir = os.environ["MEMDECAY_HF_MODEL"]
@@ -154,7 +176,7 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
                                                  dtype=torch.float32)
     model.eval()
-    for section in (one_shot, decoding, online):
+    for section in (refusals, one_shot, decoding, online):
         with Daemon(bindir) as d:
             try:
                 section(model, tok, d)

@@ -14,13 +14,12 @@ cached (DaemonView), so a request never waits on the daemon.  While no daemon
 has answered, a policy name is only checked for its form and system is taken
 as the one pinned region (the daemon's default)."""
 import json
-import re
 import secrets
 import threading
 import time
 
 import memdecay
-from memdecay import Region
+from memdecay import Region, checks
 from memdecay.regions import REGION_NAMES
 
 from . import regions, settings
@@ -31,9 +30,7 @@ PREFIX = "memdecay_"
 LABEL_KEY = "memdecay_labelled_by"
 NONCE = secrets.token_hex(16)
 KNOWN = (regions.BUDGET_KEY, regions.POLICY_KEY, regions.REGIONS_KEY, LABEL_KEY)
-BUDGET_MAX = (1 << 31) - 1
 ID_MAX = 256                                                # sessions.py's
-POLICY_FORM = re.compile(r"^[a-z0-9][a-z0-9_-]{0,30}$")     # HELLO's policy field: 31 bytes
 REGION_IDS = {int(r): r.name.lower() for r in Region}
 
 
@@ -44,14 +41,6 @@ class FieldError(ValueError):
     def __init__(self, field, msg):
         super().__init__(msg)
         self.field = field
-
-
-def _show(v, limit=60):
-    try:
-        s = json.dumps(v)
-    except (TypeError, ValueError):
-        s = repr(v)
-    return s if len(s) <= limit else s[:limit] + "..."
 
 
 class DaemonView:
@@ -116,22 +105,20 @@ def daemon_view():
 def _budget(v):
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= BUDGET_MAX:
-        raise FieldError(regions.BUDGET_KEY,
-                         "%s=%s: want an integer number of tokens from 1 to %d (leave it out for "
-                         "the server's default)" % (regions.BUDGET_KEY, _show(v), BUDGET_MAX))
-    return v
+    try:
+        return checks.budget_tokens(v, regions.BUDGET_KEY)
+    except ValueError as e:
+        raise FieldError(regions.BUDGET_KEY, "%s (leave it out for the server's default)"
+                         % e) from None
 
 
 def _policy(v, known):
     if v is None:
         return None
-    ok = isinstance(v, str) and POLICY_FORM.match(v) and (known is None or v in known)
-    if not ok:
-        allowed = ", ".join(known) if known else "a policy name memdecayd knows"
-        raise FieldError(regions.POLICY_KEY, "%s=%s: want one of %s (memdecayctl policy)"
-                         % (regions.POLICY_KEY, _show(v), allowed))
-    return v
+    try:
+        return checks.policy(v, regions.POLICY_KEY, known)
+    except ValueError as e:
+        raise FieldError(regions.POLICY_KEY, str(e)) from None
 
 
 def _regions(runs, n_prompt):
@@ -142,7 +129,7 @@ def _regions(runs, n_prompt):
     names = ", ".join("%d (%s)" % kv for kv in REGION_IDS.items())
     if not isinstance(runs, (list, tuple)) or not runs or len(runs) % 2:
         raise FieldError(key, "%s=%s: want a flat list of [region, count] pairs covering the "
-                         "prompt's %d tokens" % (key, _show(runs), n_prompt))
+                         "prompt's %d tokens" % (key, checks.show(runs), n_prompt))
     if len(runs) > 2 * n_prompt:
         raise FieldError(key, "%s: %d runs for a prompt of %d tokens (a run holds at least one "
                          "token)" % (key, len(runs) // 2, n_prompt))
@@ -151,10 +138,10 @@ def _regions(runs, n_prompt):
         r, n = runs[k], runs[k + 1]
         if isinstance(r, bool) or not isinstance(r, int) or r not in REGION_IDS:
             raise FieldError(key, "%s: run %d has region %s; regions are %s"
-                             % (key, k // 2, _show(r), names))
+                             % (key, k // 2, checks.show(r), names))
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise FieldError(key, "%s: run %d has count %s; want an integer >= 1"
-                             % (key, k // 2, _show(n)))
+                             % (key, k // 2, checks.show(n)))
         if len(out) + n > n_prompt:
             break
         out.extend([r] * n)
@@ -173,7 +160,7 @@ def check_session_id(v, field="session_id"):
         return
     if not isinstance(v, str) or not 0 < len(v) <= ID_MAX:
         raise FieldError(field, "%s=%s: want a non-empty string of at most %d characters"
-                         % (field, _show(v), ID_MAX))
+                         % (field, checks.show(v), ID_MAX))
 
 
 def pinned_cap(budget, s=None):
@@ -200,7 +187,7 @@ def check(args, n_prompt, labelled_here=False, view=None, s=None):
     for key in args:
         if isinstance(key, str) and key.startswith(PREFIX) and key not in KNOWN:
             raise FieldError(key, "unknown field %s (MemDecay's fields: %s)"
-                             % (_show(key), ", ".join(KNOWN[:3])))
+                             % (checks.show(key), ", ".join(KNOWN[:3])))
     if "session_id" in args:
         check_session_id(args["session_id"], "vllm_xargs.session_id")
     view = view or daemon_view()

@@ -120,6 +120,7 @@ class _View:
 
 
 def check_fields(check, tok, msgs):
+    from memdecay import checks
     from memdecay_vllm import fields, offline, regions, settings
     view = _View(("memdecay", "recency", "memdecay-turn"), {0})
     s = settings.Settings()
@@ -139,17 +140,17 @@ def check_fields(check, tok, msgs):
     for args, field in refused:
         try:
             fields.check(args, 10, view=view, s=s)
-            check(False, "refused: %s" % fields._show(args))
+            check(False, "refused: %s" % checks.show(args))
         except fields.FieldError as e:
             check(e.field == field and field in str(e),
-                  "refused, naming %s: %s -> %s" % (field, fields._show(args, 40), e))
+                  "refused, naming %s: %s -> %s" % (field, checks.show(args, 40), e))
     for args in ({}, {B: 64}, {P: "recency"}, {B: 8, R: [0, 8, 2, 2]}, {R: [0, 10]},
                  {"other_key": [1, 2]}):
         try:
             fields.check(args, 10, view=view, s=s)
-            check(True, "accepted: %s" % fields._show(args))
+            check(True, "accepted: %s" % checks.show(args))
         except fields.FieldError as e:
-            check(False, "accepted: %s (%s)" % (fields._show(args), e))
+            check(False, "accepted: %s (%s)" % (checks.show(args), e))
     err = ""
     try:
         fields.check({P: "nosuch"}, 10, view=view, s=s)

@@ -195,8 +195,12 @@ def fuzz_body(rng):
     keys = ["memdecay_budget_tokens", "memdecay_policy", "memdecay_regions", "memdecay_bogus",
             "session_id"]
     xargs = {}
-    for key in rng.sample(keys, rng.randint(1, 3)):
-        xargs[key] = _junk(rng)
+    if rng.random() < 0.3:          # well-formed fields, so that malformed messages reach the engine
+        xargs = {"memdecay_budget_tokens": rng.choice([1, 16, 33, 64, 4096]),
+                 "memdecay_policy": rng.choice(["memdecay", "memdecay-turn", "recency", "h2o"])}
+    else:
+        for key in rng.sample(keys, rng.randint(1, 3)):
+            xargs[key] = _junk(rng)
     msgs = [dict(SYSTEM), dict(USER)]
     r = rng.random()
     if r < 0.25:

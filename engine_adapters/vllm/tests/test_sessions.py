@@ -18,7 +18,7 @@ openai client (agents.py).
                 session keeps being served); a session left alone past the TTL
                 is released at the next step;
   pressure      (second server) the operator's default budget, a KV pool of
-                48 blocks for three concurrent sessions of an unmodified
+                64 blocks for three concurrent sessions of an unmodified
                 OpenAI client (no id, no MemDecay field): every turn answered,
                 retained sessions released under pressure, no preemption, and
                 the client sees cached_tokens from turn 2 on;
@@ -98,8 +98,11 @@ def counters(trace):
 def part_transparency(client, trace, turns):
     print("transparency: a budget that never binds, against plain vLLM", flush=True)
     sess = agents.Session(101, turns)
-    plain, _ = converse(client, sess, turns)
+    # the session first: plain vLLM's run then finds these turns in its prefix cache,
+    # which does not change its replies (and the other order would give the session's
+    # turns a prefix-cache hit longer than the session)
     mine, _ = converse(client, sess, turns, budget=100000, session="transparent")
+    plain, _ = converse(client, sess, turns)
     same = [p["text"] == m["text"] for p, m in zip(plain, mine)]
     check(all(same), "the same replies turn by turn (%d of %d): %r"
           % (sum(same), len(same), [m["text"][:30] for m in mine]))
@@ -152,7 +155,8 @@ def part_isolation(client, trace):
         check(not any(k.startswith(a["id"]) for k in ad) and a["text"] == fresh["text"],
               "%s: not adopted, the reply equals a fresh request's (%r)" % (what, a["text"][:30]))
     edited = [dict(m) for m in msgs]
-    edited[2]["content"] = edited[2]["content"].replace("Next, check", "Then verify")
+    edited[1]["content"] = edited[1]["content"].replace("Next, check", "Then verify")
+    check(edited[1] != msgs[1], "the edit changes the first user message")
     a = ask(client, edited, budget=100000, session="iso")
     b = ask(client, edited)
     check(a["text"] == b["text"], "an edited earlier message: the reply equals a fresh request's")
@@ -200,7 +204,7 @@ def part_ttl(client, trace, ttl):
 
 
 def part_pressure(client, url, trace, turns):
-    print("pressure: 3 unmodified clients, the operator's budget, a pool of 48 blocks",
+    print("pressure: 3 unmodified clients, the operator's budget, a pool of 64 blocks",
           flush=True)
     results = {}
 
@@ -284,13 +288,16 @@ def main():
         msgs += sess.turn(turns)
         part_restart(work, d2, msgs, env, args)
         trace2 = os.path.join(work, "trace-pressure.jsonl")
-        env2 = {"MEMDECAY_VLLM_BUDGET_TOKENS": "256"}
+        # 64 blocks hold one 2,048-token request (vLLM's own floor); three sessions at
+        # 384 tokens run in at most 3 x 15 blocks, so only the retained ones can crowd
+        # the pool, and they must give way
+        env2 = {"MEMDECAY_VLLM_BUDGET_TOKENS": "384", "MEMDECAY_VLLM_SESSION_SHARE": "1.0"}
         server, url, log = harness.start_server(
             work, d2, trace2, MODEL, env2, log_name="vllm-pressure.log",
-            extra_args=args + ["--num-gpu-blocks-override", "48"])
+            extra_args=args + ["--num-gpu-blocks-override", "64"])
         servers.append(server)
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
-        part_pressure(client, url, trace2, turns + 1)
+        part_pressure(client, url, trace2, 6)
     except Exception as e:
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
