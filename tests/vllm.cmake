@@ -18,10 +18,13 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   endforeach()
   # bad requests through the OpenAI endpoint; --quick: the cases, 120 fuzzed
   # requests and one fault server (the full run is test_requests.py alone)
-  add_test(NAME vllm_requests
-    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
-      ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_requests.py --quick)
-  set_tests_properties(vllm_requests PROPERTIES
-    LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
-    RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
+  # sessions across turns (three vLLM starts); --quick: 3-turn conversations
+  foreach(_t requests sessions)
+    add_test(NAME vllm_${_t}
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
+        ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py --quick)
+    set_tests_properties(vllm_${_t} PROPERTIES
+      LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
+      RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
+  endforeach()
 endif()

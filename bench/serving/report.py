@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""report.py — verdicts, a Markdown table and the plot from run.py's JSON.
+
+  report.py RESULT.json [--plot FILE.png] [--markdown FILE.md]
+
+Targets (docs/performance.md, "Agent serving"), sessions-turn against:
+  plain            turns per second >= 2x; 0 preemptions
+  nosessions-turn  turns per second >= 1.5x
+  itself           median TTFT of the last four turns <= 1.5x that of turns 2-5
+  trim             planted facts kept at least as often, on the probes the
+                   reference (unlimited pool) answers; exact McNemar test
+The plot (time to first token against turn, one line per row) needs matplotlib;
+without it only the JSON verdicts are printed."""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+
+def wilson(k, n, z=1.96):
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def mcnemar(a, b):
+    """Exact two-sided McNemar p-value for paired booleans a, b."""
+    only_a = sum(1 for x, y in zip(a, b) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b) if y and not x)
+    n = only_a + only_b
+    if n == 0:
+        return 1.0, only_a, only_b
+    k = min(only_a, only_b)
+    p = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * p), only_a, only_b
+
+
+def probes(row):
+    out = {}
+    for i, s in enumerate(row["sessions"]):
+        for t in s:
+            if t.get("probe") is not None:
+                out[(i, t["turn"])] = bool(t["probe"])
+    return out
+
+
+def flatness(row):
+    bt = row["by_turn"]
+    early = [t["ttft_p50"] for t in bt[1:5]]
+    late = [t["ttft_p50"] for t in bt[-4:]]
+    return statistics.median(late) / statistics.median(early) if early and late else None
+
+
+def verdicts(doc):
+    rows = {r["row"]: r for r in doc["rows"]}
+    v = {"rows": {}}
+    ref = probes(rows["reference"]) if "reference" in rows else None
+    scored = [k for k, ok in (ref or {}).items() if ok] if ref is not None else None
+    for name, r in rows.items():
+        p = probes(r)
+        keys = scored if scored is not None else sorted(p)
+        k = sum(1 for x in keys if p.get(x))
+        lo, hi = wilson(k, len(keys))
+        last4 = [t["ttft_p50"] for t in r["by_turn"][-4:]]
+        v["rows"][name] = {
+            "turns_per_s": r["turns_per_s"], "output_tokens_per_s": r["output_tokens_per_s"],
+            "wall_s": r["wall_s"], "preemptions": r["preemptions"],
+            "ttft_turn1_p50": r["by_turn"][0]["ttft_p50"],
+            "ttft_last4_p50": statistics.median(last4),
+            "ttft_flatness": flatness(r),
+            "computed_prompt_tokens": r["computed_prompt_tokens"],
+            "kv_blocks_per_session": r.get("kv_blocks_per_session"),
+            "facts": {"kept": k, "scored": len(keys), "rate": k / len(keys) if keys else None,
+                      "ci95": [round(lo, 3), round(hi, 3)]}}
+    s = rows.get("sessions-turn")
+    t = {}
+    if s is not None:
+        if "plain" in rows:
+            t["turns_per_s_vs_plain"] = {"ratio": s["turns_per_s"] / rows["plain"]["turns_per_s"],
+                                         "target": 2.0}
+        if "nosessions-turn" in rows:
+            t["turns_per_s_vs_nosessions"] = {
+                "ratio": s["turns_per_s"] / rows["nosessions-turn"]["turns_per_s"],
+                "target": 1.5}
+        t["ttft_last4_over_turns2to5"] = {"ratio": flatness(s), "target": 1.5, "at_most": True}
+        t["preemptions"] = {"value": s["preemptions"], "target": 0, "at_most": True}
+        if "trim" in rows and scored is not None:
+            ps, pt = probes(s), probes(rows["trim"])
+            a = [ps.get(x, False) for x in scored]
+            b = [pt.get(x, False) for x in scored]
+            p, only_s, only_t = mcnemar(a, b)
+            t["facts_vs_trim"] = {"sessions": sum(a), "trim": sum(b), "scored": len(scored),
+                                  "only_sessions": only_s, "only_trim": only_t,
+                                  "mcnemar_p": round(p, 4), "at_least": True}
+        for key, x in t.items():
+            if "ratio" in x:
+                x["ratio"] = round(x["ratio"], 3) if x["ratio"] is not None else None
+                x["met"] = x["ratio"] is not None and (
+                    x["ratio"] <= x["target"] if x.get("at_most") else x["ratio"] >= x["target"])
+            elif "value" in x:
+                x["met"] = x["value"] <= x["target"]
+            elif key == "facts_vs_trim":
+                x["met"] = x["sessions"] >= x["trim"]
+    v["targets"] = t
+    return v
+
+
+def markdown(doc, v):
+    lines = ["| row | turns/s | output tok/s | TTFT turn 1 (p50) | TTFT last 4 (p50) | last 4 / "
+             "turns 2–5 | prompt tokens computed | preemptions | KV blocks / session | facts "
+             "kept [95%] |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, x in v["rows"].items():
+        f = x["facts"]
+        lines.append("| %s | %.3f | %.2f | %.2f s | %.2f s | %s | %d | %d | %s | %s |" % (
+            name, x["turns_per_s"], x["output_tokens_per_s"], x["ttft_turn1_p50"],
+            x["ttft_last4_p50"], "%.2f" % x["ttft_flatness"] if x["ttft_flatness"] else "–",
+            x["computed_prompt_tokens"], x["preemptions"],
+            x["kv_blocks_per_session"] if x["kv_blocks_per_session"] is not None else "–",
+            "%d/%d [%.0f–%.0f%%]" % (f["kept"], f["scored"], 100 * f["ci95"][0],
+                                     100 * f["ci95"][1]) if f["scored"] else "–"))
+    return "\n".join(lines)
+
+
+def plot(doc, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in doc["rows"]:
+        bt = r["by_turn"]
+        ax.plot([t["turn"] for t in bt], [t["ttft_p50"] for t in bt], marker="o", ms=3,
+                label=r["row"])
+    s = doc["settings"]
+    ax.set_xlabel("turn")
+    ax.set_ylabel("time to first token, median over sessions (s)")
+    ax.set_title("%d agent sessions, budget %d tokens, KV pool %d blocks (%s)"
+                 % (s["sessions"], s["budget_tokens"], s["pool_blocks"], doc["model"]),
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("result")
+    ap.add_argument("--plot")
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    doc = json.load(open(a.result))
+    v = verdicts(doc)
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(markdown(doc, v) + "\n")
+    if a.plot:
+        try:
+            plot(doc, a.plot)
+        except ImportError:
+            print("report: no matplotlib here; no plot", file=sys.stderr)
+    print(json.dumps(v, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
