@@ -74,4 +74,11 @@ if [ -f .deps/vllm.env ]; then
 	. .deps/vllm.env
 	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
 		"$MEMDECAY_VLLM_PYTHON" engine_adapters/vllm/demo.py --budget 640
+	echo
+	echo "== an agent's session across turns: vllm serve with and without MemDecay sessions"
+	echo "   (2 agents x 6 turns, budget 256 tokens, an 80-block KV pool; time to first token"
+	echo "   per turn, median over the agents, and the prompt tokens computed that turn)"
+	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
+		"$MEMDECAY_VLLM_PYTHON" bench/serving/run.py --quick --out "$DIR/serving.json" >/dev/null
+	"$MEMDECAY_VLLM_PYTHON" bench/serving/report.py "$DIR/serving.json" --text
 fi

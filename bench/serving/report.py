@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """report.py — verdicts, a Markdown table and the plot from run.py's JSON.
 
-  report.py RESULT.json [--plot FILE.png] [--markdown FILE.md]
+  report.py RESULT.json [--plot FILE.png] [--markdown FILE.md] [--text]
 
 Targets (docs/performance.md, "Agent serving"), sessions-turn against:
   plain            turns per second >= 2x; 0 preemptions
@@ -126,6 +126,24 @@ def markdown(doc, v):
     return "\n".join(lines)
 
 
+def text(doc, v):
+    """Time to first token per turn, one column per row, and each row's blocks and facts."""
+    rows = doc["rows"]
+    out = ["%-5s" % "turn" + "".join("%18s" % r["row"] for r in rows)]
+    for k in range(doc["settings"]["turns"]):
+        out.append("%-5d" % (k + 1) + "".join(
+            "%18s" % ("%.2f s (%d new)" % (r["by_turn"][k]["ttft_p50"],
+                                           r["by_turn"][k]["computed_p50"])) for r in rows))
+    out.append("%-5s" % "KV" + "".join(
+        "%18s" % ("%s blk/session" % v["rows"][r["row"]]["kv_blocks_per_session"])
+        for r in rows))
+    out.append("%-5s" % "facts" + "".join(
+        "%18s" % ("%d/%d kept" % (v["rows"][r["row"]]["facts"]["kept"],
+                                  v["rows"][r["row"]]["facts"]["scored"])) for r in rows))
+    out.append("%-5s" % "total" + "".join("%18s" % ("%.0f s" % r["wall_s"]) for r in rows))
+    return "\n".join(out)
+
+
 def plot(doc, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -154,6 +172,9 @@ def main():
     ap.add_argument("result")
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
+    ap.add_argument("--text", action="store_true",
+                    help="print time to first token per turn (and the prompt tokens computed) "
+                    "per row instead of the JSON verdicts")
     a = ap.parse_args()
     doc = json.load(open(a.result))
     v = verdicts(doc)
@@ -165,7 +186,10 @@ def main():
             plot(doc, a.plot)
         except ImportError:
             print("report: no matplotlib here; no plot", file=sys.stderr)
-    print(json.dumps(v, indent=1))
+    if a.text:
+        print(text(doc, v))
+    else:
+        print(json.dumps(v, indent=1))
     return 0
 
 
