@@ -49,6 +49,11 @@ def _budget(request, s):
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
 
 
+def _policy(request, s):
+    args = getattr(request.sampling_params, "extra_args", None) or {}
+    return args.get("memdecay_policy", s.policy)
+
+
 def _session_id(request):
     sid = getattr(request, "session_id", None)
     return sid if isinstance(sid, str) and 0 < len(sid) <= fields.ID_MAX else None
@@ -80,12 +85,13 @@ def common_prefix(a, b, step):
 
 
 class Session:
-    __slots__ = ("key", "session_id", "salt", "lora", "tokens", "blocks", "evicted", "budget",
-                 "turns", "last_used", "held")
+    __slots__ = ("key", "session_id", "salt", "lora", "policy", "tokens", "blocks", "evicted",
+                 "budget", "turns", "last_used", "held")
 
-    def __init__(self, key, request, tokens, blocks, evicted, budget, turns):
+    def __init__(self, key, request, tokens, blocks, evicted, budget, turns, policy):
         self.key = key                    # the request id it was retained under
         self.session_id = _session_id(request)
+        self.policy = policy              # its holes are this policy's choice
         self.salt = getattr(request, "cache_salt", None)
         self.lora = _lora(request)
         self.tokens = tokens              # the tokens the kept blocks hold, block-aligned
@@ -179,7 +185,7 @@ class Store:
         x = Session(request.request_id, request,
                     list(itertools.islice(request.all_token_ids, n_keep * bs)), kept,
                     getattr(request, EVICTED_FLAG, False) or any(b.is_null for g in kept for b in g),
-                    budget, turns)
+                    budget, turns, _policy(request, self.s))
         cap = self.cap_blocks()
         if x.held > cap:
             self._free(kept)
@@ -205,11 +211,12 @@ class Store:
         if sid is None and self.s.session_ids == "require":
             return None, 0
         salt, lora = getattr(request, "cache_salt", None), _lora(request)
+        policy = _policy(request, self.s)
         prompt = request.all_token_ids
         limit = request.num_tokens - 1
         best, best_n = None, 0
         for x in self.sessions.values():
-            if x.session_id != sid or x.salt != salt or x.lora != lora:
+            if x.session_id != sid or x.salt != salt or x.lora != lora or x.policy != policy:
                 continue
             if x.tokens[:bs] != list(itertools.islice(prompt, bs)):
                 continue

@@ -20,6 +20,7 @@
 
 Everything runs in a temporary directory: the daemon's socket, vLLM on a free
 loopback port, the logs (printed on failure).  test_serve.py [--keep DIR]"""
+import itertools
 import json
 import math
 import os
@@ -34,6 +35,7 @@ import harness  # noqa: E402
 
 MODEL_NAME = "smollm2"
 fails = []
+_ids = itertools.count()
 
 
 def check(ok, what):
@@ -51,7 +53,10 @@ def prompt_tokens(messages):
 
 
 def ask(client, messages, budget=None, max_tokens=32, **extra):
+    """One request; each its own session (a fresh session_id), so that a request
+    that repeats an earlier one's prompt is decided afresh, not adopted."""
     body = dict(extra)
+    body.setdefault("session_id", "test-serve-%d" % next(_ids))
     if budget is not None:
         body["vllm_xargs"] = {"memdecay_budget_tokens": int(budget)}
     r = client.chat.completions.create(model=MODEL_NAME, messages=messages, temperature=0.0,
