@@ -142,6 +142,30 @@ def agent_messages():
     return out
 
 
+class Checks:
+    """A test's checks: `check(ok, what)` prints one line and remembers a failure;
+    `verdict(name, work, logs)` prints the logs' tails when something failed and
+    the closing line, and returns the exit status."""
+
+    def __init__(self):
+        self.fails = []
+
+    def __call__(self, ok, what):
+        print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
+        if not ok:
+            self.fails.append(what)
+        return ok
+
+    def verdict(self, name, work=None, logs=()):
+        if self.fails and work:
+            for f in logs:
+                p = os.path.join(work, f)
+                if os.path.exists(p):
+                    print("---- %s (tail)\n%s" % (f, open(p, errors="replace").read()[-3000:]))
+        print("%s:" % name, "PASS" if not self.fails else "FAIL (%d)" % len(self.fails))
+        return 1 if self.fails else 0
+
+
 def metric(url, name):
     """The sum of a Prometheus series from vLLM's /metrics (0 when absent)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()

@@ -23,14 +23,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-fails = []
-
-
-def check(ok, what):
-    print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
-    if not ok:
-        fails.append(what)
-    return ok
+check = harness.Checks()
 
 
 def kernel(q, kv, table, seq_len, isa, scale):
@@ -74,10 +67,9 @@ def main():
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
         daemon.stop()
-        if fails:
+        if check.fails:
             print("---- memdecayd.log (tail)\n" + daemon.tail(2000))
-    print("test_adopt:", "PASS" if not fails else "FAIL (%d)" % len(fails))
-    return 1 if fails else 0
+    return check.verdict("test_adopt")
 
 
 def adopted_tokens(llm):

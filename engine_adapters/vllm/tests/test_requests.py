@@ -33,14 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 MODEL = "smollm2"
-fails = []
-
-
-def check(ok, what):
-    print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
-    if not ok:
-        fails.append(what)
-    return ok
+check = harness.Checks()
 
 
 def post(url, path, body, timeout=300):
@@ -278,7 +271,7 @@ def faults(work, daemon, points, client_msgs):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-        if fails:
+        if check.fails:
             print("---- %s (tail)\n%s" % (log, open(log).read()[-3000:]))
 
 
@@ -321,13 +314,7 @@ def main():
         if server is not None and server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
         daemon.stop()
-        if fails:
-            for f in ("vllm.log", "memdecayd.log"):
-                p = os.path.join(work, f)
-                if os.path.exists(p):
-                    print("---- %s (tail)\n%s" % (f, open(p).read()[-3000:]))
-    print("test_requests:", "PASS" if not fails else "FAIL (%d)" % len(fails))
-    return 1 if fails else 0
+    return check.verdict("test_requests", work, ("vllm.log", "memdecayd.log"))
 
 
 if __name__ == "__main__":

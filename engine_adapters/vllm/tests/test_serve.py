@@ -34,15 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 MODEL_NAME = "smollm2"
-fails = []
+check = harness.Checks()
 _ids = itertools.count()
-
-
-def check(ok, what):
-    print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
-    if not ok:
-        fails.append(what)
-    return ok
 
 
 def prompt_tokens(messages):
@@ -256,13 +249,8 @@ def main():
         for d in (daemon, d2):
             if d is not None:
                 d.stop()
-        if fails:
-            for f in ("vllm.log", "memdecayd.log", "memdecayd-2.log", "agent.log", "loadgen.log"):
-                p = os.path.join(work, f)
-                if os.path.exists(p):
-                    print("---- %s (tail)\n%s" % (f, open(p).read()[-3000:]))
-    print("test_serve:", "PASS" if not fails else "FAIL (%d)" % len(fails))
-    return 1 if fails else 0
+    return check.verdict("test_serve", work, ("vllm.log", "memdecayd.log", "memdecayd-2.log",
+                                              "agent.log", "loadgen.log"))
 
 
 if __name__ == "__main__":

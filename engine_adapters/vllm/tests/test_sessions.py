@@ -41,14 +41,7 @@ import harness  # noqa: E402
 
 MODEL = "smollm2"
 BLOCK = harness.BLOCK
-fails = []
-
-
-def check(ok, what):
-    print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
-    if not ok:
-        fails.append(what)
-    return ok
+check = harness.Checks()
 
 
 def ask(client, messages, budget=None, session=None, salt=None, max_tokens=16, plain=False):
@@ -342,13 +335,8 @@ def main():
                 os.killpg(s.pid, signal.SIGKILL)
         for d in daemons:
             d.stop()
-        if fails:
-            for f in ("vllm.log", "vllm-pressure.log", "vllm-restart.log", "memdecayd.log"):
-                p = os.path.join(work, f)
-                if os.path.exists(p):
-                    print("---- %s (tail)\n%s" % (f, open(p).read()[-3000:]))
-    print("test_sessions:", "PASS" if not fails else "FAIL (%d)" % len(fails))
-    return 1 if fails else 0
+    return check.verdict("test_sessions", work, ("vllm.log", "vllm-pressure.log",
+                                                 "vllm-restart.log", "memdecayd.log"))
 
 
 if __name__ == "__main__":
