@@ -95,6 +95,10 @@ class _Class:
         self.owner = {}            # slot -> (req, page index, gen)
         self.sibling_freed = set()  # (slot, gen) freed with a commanded page of their block
         self.was_attached = self.client.attached
+        # whether the daemon may evict this class's pages (a budget of its own, the
+        # daemon's per-sequence or engine budget), read every step: statistics are
+        # computed only for requests it may evict
+        self.may_evict = True
         self.next_reattach = 0.0
 
 
@@ -448,6 +452,7 @@ class Engine:
 
     def _build(self, cm):
         holes, rows = self._holes_by_row(cm)
+        rows = [(r, row) for r, row in rows if r.klass.may_evict]
         kept = {}
         if holes:
             from .holes import compact
@@ -547,11 +552,14 @@ class Engine:
         for k in list(self.classes.values()):
             scheduled = [r for r in self.reqs.values() if r.klass is k and r.step_tokens]
             if not self._liveness(k, now):
+                k.may_evict = False
                 for r in scheduled:     # the mirror's clocks still advance
                     k.client.seq_step(r.seq, r.step_tokens)
                     r.step_tokens = 0
                 continue
             prm = k.client.params()     # one read of the parameter block a step
+            k.may_evict = bool((k.budget and k.budget > 0) or prm["budget_sequence_tokens"]
+                               or prm["budget_engine_pages"])
             if scheduled:
                 self._publish(k, scheduled, prm)
             self._settle(k, evicted, prm)
@@ -563,6 +571,8 @@ class Engine:
         for r in reqs:
             steps.append((r.seq, r.step_tokens))
             r.step_tokens = 0
+            if not k.may_evict:
+                continue            # its clock only: the daemon evicts nothing of it
             live = len(r.pages) * PAGE_TOKENS
             norm = float(live) if prm["norm_mode"] == 1 else 1.0
             masses = {}
@@ -577,7 +587,7 @@ class Engine:
                 b.mass[n] = m
                 b.refresh[n] = bits
                 n += 1
-            if len(steps) >= b.max_steps:
+            if len(steps) >= b.max_steps or n >= b.capacity:
                 k.client.publish(b, n, steps=steps)
                 steps, n = [], 0
         if steps or n:
