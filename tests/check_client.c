@@ -913,6 +913,111 @@ START_TEST(test_slot_exhaustion)
 }
 END_TEST
 
+/* ---- md_control against a control socket that answers as told ---- */
+struct ctl_fake {
+	char path[108];
+	int lfd;
+	const char *reply;      /* written after the request line; NULL: never answer */
+	size_t reply_len;
+	char got[256];          /* the request line received */
+	pthread_t th;
+};
+
+static void *ctl_fake_run(void *arg)
+{
+	struct ctl_fake *f = arg;
+	int fd = accept(f->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	size_t have = 0;
+	while (have < sizeof(f->got) - 1 && !memchr(f->got, '\n', have)) {
+		ssize_t n = read(fd, f->got + have, sizeof(f->got) - 1 - have);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	if (f->reply) {
+		ssize_t w = write(fd, f->reply, f->reply_len);
+		(void)w;
+	} else {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		poll(&p, 1, 2000);     /* stall until the client gives up and closes */
+	}
+	close(fd);
+	return NULL;
+}
+
+static void ctl_fake_start(struct ctl_fake *f, const char *reply, size_t len)
+{
+	memset(f, 0, sizeof(*f));
+	snprintf(f->path, sizeof(f->path), "/tmp/md-check-ctl-%d-%ld.sock", (int)getpid(),
+		 (long)md_now_ns());
+	f->reply = reply;
+	f->reply_len = len;
+	f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f->lfd, 1), 0);
+	ck_assert_int_eq(pthread_create(&f->th, NULL, ctl_fake_run, f), 0);
+}
+
+static void ctl_fake_stop(struct ctl_fake *f)
+{
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+	unlink(f->path);
+}
+
+static int ctl_with(const char *reply, size_t len, const char *req, char *out, size_t cap,
+		    int timeout_ms, char *got)
+{
+	struct ctl_fake f;
+	ctl_fake_start(&f, reply, len);
+	int rc = md_control(f.path, req, out, cap, timeout_ms);
+	ctl_fake_stop(&f);
+	if (got)
+		snprintf(got, 256, "%s", f.got);
+	return rc;
+}
+
+START_TEST(test_control_request)
+{
+	char out[64], got[256];
+	static const char ok[] = "OK 5\nhello";
+	ck_assert_int_eq(ctl_with(ok, sizeof(ok) - 1, "policy --json", out, sizeof(out), 1000, got), 5);
+	ck_assert_str_eq(out, "hello");
+	ck_assert_str_eq(got, "policy --json\n");           /* one line, as sent */
+	static const char err[] = "ERR unknown policy 'x' (memdecay|h2o)\n";
+	ck_assert_int_eq(ctl_with(err, sizeof(err) - 1, "policy x", out, sizeof(out), 1000, NULL),
+			 MD_EREFUSED);
+	ck_assert_str_eq(out, "unknown policy 'x' (memdecay|h2o)");
+	/* a body over the caller's cap, a reply cut short, a header that is no reply */
+	char big[200];
+	int n = snprintf(big, sizeof(big), "OK 150\n");
+	memset(big + n, 'a', 150);
+	ck_assert_int_eq(ctl_with(big, (size_t)n + 150, "get", out, sizeof(out), 1000, NULL),
+			 -EMSGSIZE);
+	static const char cut[] = "OK 10\nabc";
+	ck_assert_int_eq(ctl_with(cut, sizeof(cut) - 1, "get", out, sizeof(out), 1000, NULL),
+			 MD_EPROTO);
+	static const char junk[] = "HELLO there\n";
+	ck_assert_int_eq(ctl_with(junk, sizeof(junk) - 1, "get", out, sizeof(out), 1000, NULL),
+			 MD_EPROTO);
+	/* a daemon that never answers costs the timeout, not more */
+	uint64_t t0 = md_now_ns();
+	ck_assert_int_eq(ctl_with(NULL, 0, "get", out, sizeof(out), 100, NULL), -ETIMEDOUT);
+	ck_assert_uint_lt(md_now_ns() - t0, UINT64_C(1500000000));
+	/* what the caller got wrong, and no daemon */
+	ck_assert_int_eq(md_control(NULL, "a\nb", out, sizeof(out), 100), -EINVAL);
+	ck_assert_int_eq(md_control(NULL, "", out, sizeof(out), 100), -EINVAL);
+	ck_assert_int_eq(md_control(NULL, "get", out, 1, 100), -EINVAL);
+	ck_assert_int_eq(md_control(NULL, "get", out, sizeof(out), 0), -EINVAL);
+	ck_assert_int_eq(md_control("/nonexistent/memdecay.sock", "get", out, sizeof(out), 100),
+			 -ENOENT);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -933,6 +1038,7 @@ static Suite *client_suite(void)
 	tcase_add_test(tc, test_seq_end);
 	tcase_add_test(tc, test_no_allocation_on_hot_path);
 	tcase_add_test(tc, test_slot_exhaustion);
+	tcase_add_test(tc, test_control_request);
 	suite_add_tcase(s, tc);
 	return s;
 }
