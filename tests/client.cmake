@@ -17,8 +17,9 @@ if(TARGET memdecay-loadgen)
     PASS_REGULAR_EXPRESSION "\"pinned_evicted\": 0, \"protected_evicted\": 0, \"stale_applied\": 0, \"double_freed\": 0, \"over_budget_max_pages\": [01],")
 endif()
 
-# Against the real daemon: kill -9 and restart it under two running engines.
-if(TARGET memdecay-loadgen AND TARGET memdecayd)
+# Against the real daemon: kill -9 and restart it under two running engines
+# (memdecayctl and python3 read the daemon's stats to pace the run).
+if(TARGET memdecay-loadgen AND TARGET memdecayd AND TARGET memdecayctl)
   add_test(NAME loadgen_daemon_restart
     COMMAND sh ${PROJECT_SOURCE_DIR}/engine_adapters/loadgen/tests/e2e_reattach.sh
             ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})

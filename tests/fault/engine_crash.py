@@ -42,7 +42,7 @@ def body(env):
     surv = [env.loadgen("surv%d" % i, "--seqs", 4, "--pages-per-seq", 24, "--steps", 0,
                         "--step-hz", 100 if VALGRIND else 400, "--budget-pages", 40,
                         "--pattern", "heavy", "--seed", i + 1, "--heartbeat-timeout-ms",
-                        20000 if VALGRIND else 2000, wrap=True)
+                        20000 if VALGRIND else 2000, "--wait-ms", 2000, wrap=True)
             for i in range(SURVIVORS)]
 
     def wait_count(n, limit=5.0):

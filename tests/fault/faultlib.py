@@ -246,6 +246,12 @@ def read_json(path):
     return json.loads(txt.splitlines()[-1])
 
 
+# WAIT_MS_NOTE: loadgen opens a page over budget + 1 only after --wait-ms
+# without the daemon's evictions (default 200 ms).  A live daemon on a loaded
+# machine can take longer than 200 ms to be scheduled: ctest -j2 beside CPU
+# hogs (and a model server) saw engines 3 to 10 pages over budget,
+# one page per wait that ran out.  Scenarios that hold a live daemon to
+# budget + 1 pass --wait-ms 2000, so the bound is the daemon's, not the clock's.
 def check_invariants(result, name, need_evictions=True, budget_slack=1):
     errs = []
     for k in ("pinned_evicted", "stale_applied", "double_freed", "protected_evicted"):

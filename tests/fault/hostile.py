@@ -8,8 +8,9 @@ socket (random bytes, oversized lines, half-open and slow connections, a
 thousand connections at once).  Phase B (limit 200): a new hostile engine is
 detached for its violations, with the reason in the log.  Throughout, a
 well-behaved loadgen engine runs under a budget and `memdecayctl get` is timed
-every ~50 ms.  Checks: the daemon never exits; every get answers within 100 ms
-and none is refused; each kind of violation shows in `stats`; the seals refuse
+every ~50 ms.  Checks: the daemon never exits; every get on a raw socket
+answers within 100 ms, and none is refused (memdecayctl's, which include
+process start, by their median and nine in ten); each kind of violation shows in `stats`; the seals refuse
 ftruncate and a writable mapping; the persistent violator is detached with a
 logged reason, also one that only writes records no correct engine writes while
 requesting a resync every round (phase C); the loadgen stays attached with
@@ -59,8 +60,12 @@ class Prober(threading.Thread):
 def body(env):
     d = env.start_daemon()
     ctl(env.sock, "set daemon.violation_limit=0")
+    # --wait-ms 2000: at budget + 1 the good engine waits up to 2 s for the
+    # daemon's evictions (default 200 ms) before it opens a page over budget;
+    # a loaded machine alone delays a few past 200 ms (faultlib.WAIT_MS_NOTE)
     lg = env.loadgen("good", "--seqs", 4, "--pages-per-seq", 24, "--steps", 0, "--step-hz", 400,
-                     "--budget-pages", 30, "--pattern", "heavy", "--seed", 7)
+                     "--budget-pages", 30, "--pattern", "heavy", "--seed", 7,
+                     "--wait-ms", 2000)
     time.sleep(0.3)
     pr = Prober(env)
     pr.start()
@@ -152,15 +157,21 @@ def body(env):
                    (len(pr.failures), pr.failures[:5]))
     # The daemon's own answer time (raw socket) is held to the limit on every
     # get.  A memdecayctl get also pays for fork+exec of a fresh process, which
-    # a loaded 2-core machine can stall for reasons that are not the daemon's:
-    # its median is held to the limit and its worst case to 2.5x.
+    # a loaded 2-core machine stalls for reasons that are not the daemon's:
+    # beside two CPU hogs, with an idle daemon and no abuse at all, 334 such
+    # gets had p99 185 ms and max 484 ms while the raw gets' max was 7.2 ms.
+    # So no single memdecayctl get is held to a wall-clock bound below its own
+    # --timeout-ms (past it, or refused, it fails above): its median is held
+    # to the limit and at most a tenth of them may exceed 2.5x.  A daemon that
+    # kept making memdecayctl wait or retry would slow most of them.
     if raw[-1] > GET_LIMIT_S * slow:
         raise Fail("the daemon took %.1f ms to answer get on its socket, limit %.0f ms" %
                    (raw[-1] * 1e3, GET_LIMIT_S * slow * 1e3))
-    if lat[len(lat) // 2] > GET_LIMIT_S * slow or lat[-1] > 2.5 * GET_LIMIT_S * slow:
-        raise Fail("memdecayctl get took p50 %.1f ms / max %.1f ms, limits %.0f / %.0f ms" %
-                   (lat[len(lat) // 2] * 1e3, lat[-1] * 1e3, GET_LIMIT_S * slow * 1e3,
-                    2.5 * GET_LIMIT_S * slow * 1e3))
+    over = sum(1 for x in lat if x > 2.5 * GET_LIMIT_S * slow)
+    if lat[len(lat) // 2] > GET_LIMIT_S * slow or over > len(lat) // 10:
+        raise Fail("memdecayctl get took p50 %.1f ms (limit %.0f ms); %d of %d over %.0f ms "
+                   "(at most %d)" % (lat[len(lat) // 2] * 1e3, GET_LIMIT_S * slow * 1e3, over,
+                                     len(lat), 2.5 * GET_LIMIT_S * slow * 1e3, len(lat) // 10))
     print("RESULT hostile violations=%d torn=%d bad_tail=%d rejected=%d detached_after_ms=%.1f "
           "get_p50_ms=%.1f get_max_ms=%.1f raw_get_max_ms=%.1f gets=%d storm_connected=%d "
           "storm_refused=%d" %

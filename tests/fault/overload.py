@@ -6,7 +6,7 @@ for every page every step, sequences ending and restarting) twice: once with
 memdecayd running freely (baseline), once while the test keeps the daemon
 stopped 90% of the time (SIGSTOP 90 ms / SIGCONT 10 ms), so the engine
 publishes well over ten times faster than the daemon drains.  Checks: the
-engine never blocks (mean step time within 1.5x of the baseline, at most 0.2%
+engine never blocks (mean step time within 3x of the baseline, at most 0.2%
 of steps over 50 ms); attention records were dropped and the drop is counted by the engine
 and shown by the daemon; lifecycle changes were not lost: after the burst
 (the engine holds its state, attached), the daemon's view equals the engine's
@@ -113,8 +113,13 @@ def body(env):
     print("step mean: baseline %.1f us, burst %.1f us (x%.2f); max %.1f ms; slow %d" %
           (base["step_us_mean"], res["step_us_mean"], ratio, res["step_us_max"] / 1e3,
            res["slow_steps"]))
-    if ratio > 1.5:
-        raise Fail("step time under overload x%.2f of baseline" % ratio)
+    # An engine that waited for the daemon would step at its drain rate, over
+    # 10x slower (published >= 10 x drained, below).  The two runs are taken
+    # one after the other, so on a busy machine their means differ by the
+    # load's changes alone: ctest -j2 beside two CPU hogs gave x1.42, next to
+    # a 1.5x bound.  3x is well clear of both.
+    if ratio > 3.0:
+        raise Fail("step time under overload x%.2f of baseline (limit x3)" % ratio)
     # Blocking on the stopped daemon would show as steps of up to 90 ms in every
     # stop cycle (and a mean many times the baseline); a busy 2-core box gives
     # a few scheduling stalls.  Sanitizer builds: the mean ratio only.

@@ -237,10 +237,12 @@ def s_resync_order(env):
         ctl(env.sock, "set daemon.max_segment_bytes_per_uid=%d" % (16 << 30))
     for n in sizes:
         # the first resync happens once per engine: the best of five engines
-        # at the smaller size, ascending and descending taken in turn, where
-        # a busy neighbour core (a model test under ctest -j2) weighs most; a
-        # quadratic resync is slow in every one of them
-        k = 5 if n <= 100000 else 1
+        # at the smaller size and of two at 4 Mi pages, ascending and
+        # descending taken in turn, where a busy neighbour core (a model test
+        # under ctest -j2) weighs most; a quadratic resync is slow in every
+        # one of them.  (One pair at 4 Mi pages gave 2.21x beside two CPU
+        # hogs under ctest -j2: 2175 ms ascending, 4797 ms descending.)
+        k = 5 if n <= 100000 else 2
         fa = fd = float("inf")
         for _ in range(k):
             fa = min(fa, resync_time(env, n, "asc", False))
