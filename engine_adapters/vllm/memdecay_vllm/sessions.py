@@ -24,7 +24,9 @@ first, before vLLM preempts a running request or stops admitting.
 
 vLLM 0.32.0 seams wrapped (install):
   Scheduler._free_blocks             a finished request's blocks -> a session
-  KVCacheManager.get_computed_blocks a session hit beats a shorter prefix hit
+  KVCacheManager.get_computed_blocks a session hit beats a shorter prefix hit; a
+                                     longer one holding the session's blocks
+                                     carries the session on
   KVCacheManager.allocate_slots      adoption; releases under pressure
   KVCacheManager.reset_prefix_cache  releases every session first
   Scheduler.schedule                 TTL, and the step's session events for
@@ -82,6 +84,16 @@ def common_prefix(a, b, step):
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def extends(x, hit, n_tokens, bs):
+    """True when vLLM's prefix hit `hit` starts with session x's own first
+    n_tokens worth of blocks (the same blocks, so no hole among them)."""
+    n = n_tokens // bs
+    if x.evicted or n < 1:
+        return False
+    return all(len(h) > n and all(a is b for a, b in zip(h[:n], g[:n]))
+               for h, g in zip(hit.blocks, x.blocks))
 
 
 class Session:
@@ -193,9 +205,11 @@ class Store:
             return True
         while self.held_blocks() + x.held > cap and self.release_lru("cap"):
             pass
-        # one session per id: a newer turn's retention replaces an unadopted older one
+        # one session per id (and tenant): a newer turn's retention replaces an unadopted
+        # older one
         if x.session_id is not None:
-            for key in [k for k, o in self.sessions.items() if o.session_id == x.session_id]:
+            for key in [k for k, o in self.sessions.items()
+                        if (o.session_id, o.salt, o.lora) == (x.session_id, x.salt, x.lora)]:
                 self.release(key, "stale")
         self.sessions[x.key] = x
         self.events["retained"].append(x.key)
@@ -238,11 +252,13 @@ class Store:
             mgr.req_to_blocks.pop(request.request_id, None)
             mgr.num_cached_block.pop(request.request_id, None)
 
-    def consume(self, request, x, n_tokens, bs):
-        """The adoption went through: the blocks past the cut go back to the pool."""
+    def consume(self, request, x, n_tokens, bs, moved=True):
+        """The adoption went through: the blocks past the cut go back to the pool,
+        and the ones before it too unless their references moved to the request
+        (install; with vLLM's own hit the request took references of its own)."""
         n = n_tokens // bs
         self.sessions.pop(x.key, None)
-        self._free([g[n:] for g in x.blocks])
+        self._free([g[n:] for g in x.blocks] if moved else x.blocks)
         if x.evicted or any(b.is_null for g in x.blocks for b in g[:n]):
             setattr(request, EVICTED_FLAG, True)
         self.turns[request.request_id] = x.turns
@@ -348,8 +364,13 @@ def install():
             x, n = store_of(self).match(request, bs)
             if x is not None and n >= n_hit:
                 hit = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
-                setattr(hit, HIT_ATTR, (x, n))
+                setattr(hit, HIT_ATTR, (x, n, True))
                 return hit, n, 0
+            if x is not None and extends(x, blocks, n, bs):
+                # vLLM's prefix cache holds the session's own blocks and more (another
+                # request computed the same history since): the request takes vLLM's
+                # longer hit and still goes on with the session's daemon sequence
+                setattr(blocks, HIT_ATTR, (x, n, False))
         except Exception as e:
             _warn("matching request %s" % request.request_id, e)
         return blocks, n_hit, boundary
@@ -363,13 +384,17 @@ def install():
         bs = _block_size(self)
         x = None
         if hit is not None:
-            x, n = hit
+            x, n, own = hit
             if st.sessions.get(x.key) is not x:
-                # released since the match, with n tokens already counted as computed:
-                # the request waits a step, and its next lookup finds no session
-                return None
-            st.install(request, x, n, mgrs, bs)
-            new_computed_blocks = self.empty_kv_cache_blocks
+                if not own:                 # vLLM's hit stands without the session
+                    x = None
+                else:
+                    # released since the match, with n tokens already counted as computed:
+                    # the request waits a step, and its next lookup finds no session
+                    return None
+            elif own:
+                st.install(request, x, n, mgrs, bs)
+                new_computed_blocks = self.empty_kv_cache_blocks
         out = orig_alloc(self, request, num_new_tokens, num_new_computed_tokens,
                          new_computed_blocks, *args, **kwargs)
         while out is None and st.release_lru("pressure", keep=x):
@@ -379,7 +404,7 @@ def install():
             if out is None:
                 st.rollback(request, mgrs)
             else:
-                st.consume(request, x, hit[1], bs)
+                st.consume(request, x, hit[1], bs, moved=hit[2])
         return out
 
     @functools.wraps(orig_reset)

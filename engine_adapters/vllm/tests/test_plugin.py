@@ -297,6 +297,31 @@ def check_store(check):
           [5, 0, 7, 8, 9] and getattr(b, sessions.EVICTED_FLAG, False)
           and st.events["adopted"] == {"b": ("a", 20)},
           "store: adoption moves the blocks (holes stay holes) and flags no prefix caching")
+    st, pool = store()
+    mgr = _Mgr()
+    finish(st, mgr, "a", toks, [1, 2, 3, 4, 5, 6], session_id="s1")
+    finish(st, mgr, "t", toks, [11, 12, 13, 14, 15, 16], session_id="s1", salt="t")
+    check(list(st.sessions) == ["a", "t"], "store: the same id under another cache_salt is "
+          "another session (%s)" % list(st.sessions))
+    finish(st, mgr, "a2", toks, [21, 22, 23, 24, 25, 26], session_id="s1")
+    check(list(st.sessions) == ["t", "a2"] and st.counters["released_stale"] == 1,
+          "store: a newer turn of the same id and salt replaces the older one (%s)"
+          % list(st.sessions))
+    x = st.sessions["a2"]
+    kept = x.blocks[0]
+    longer = type("Hit", (), {"blocks": (kept + [_Block(30)],)})()
+    copies = type("Hit", (), {"blocks": ([_Block(b.block_id) for b in kept] + [_Block(30)],)})()
+    check(sessions.extends(x, longer, 20, bs) and not sessions.extends(x, copies, 20, bs),
+          "store: a longer prefix hit extends the session only over its very blocks")
+    pool.freed.clear()
+    st.consume(_Request("n", nxt, session_id="s1"), x, 20, bs, moved=False)
+    check("a2" not in st.sessions and sorted(pool.freed) == [21, 22, 23, 24, 25],
+          "store: carried on under vLLM's own hit, the session's references all go back "
+          "(freed %s)" % sorted(pool.freed))
+    holed = st.sessions["t"]
+    holed.evicted = True
+    hit = type("Hit", (), {"blocks": (holed.blocks[0] + [_Block(30)],)})()
+    check(not sessions.extends(holed, hit, 20, bs), "store: a session with holes is never extended")
     st, pool = store(MEMDECAY_VLLM_SESSION_IDS="require")
     mgr = _Mgr()
     check(not finish(st, mgr, "a", toks, [5, 6, 7, 8, 9, 10]) and not st.sessions,
