@@ -138,6 +138,9 @@ START_TEST(ctl_good)
 	ck_assert_uint_eq(r.number, 10);
 	ck_assert_int_eq(req("  metrics  ", &r, err), 0);
 	ck_assert_int_eq(req("save /tmp/x.conf", &r, err), 0);
+	ck_assert_int_eq(req("sessions --json --engine vllm", &r, err), 0);
+	ck_assert_int_eq(r.cmd, MD__CTL_SESSIONS);
+	ck_assert_str_eq(r.engine, "vllm");
 }
 END_TEST
 
@@ -156,6 +159,8 @@ START_TEST(ctl_bad_commands)
 	ck_assert_int_eq(req("metrics --engine 1", &r, err), -EINVAL);
 	ck_assert_int_eq(req("stats --verbose", &r, err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "--verbose"));
+	ck_assert_int_eq(req("sessions 5", &r, err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "sessions [--engine E]"));
 	ck_assert_int_eq(req("policy h2o --engine", &r, err), -EINVAL);
 	ck_assert_int_eq(req("policy h2o --engine 1 --engine 2", &r, err), -EINVAL);
 }

@@ -644,6 +644,52 @@ START_TEST(test_budgets_and_watermark)
 }
 END_TEST
 
+/* memdecayctl sessions: the live sequences with what they hold, what was
+ * evicted from their span, and how long since each last stepped. */
+START_TEST(test_seqs_listing)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	struct md__host *h = small_host(&p, 4, 16, 4);
+	md__host_set_now(h, 1000);
+	for (uint32_t i = 0; i < 4; i++) /* seq 2: 16 tokens at positions 0..15 */
+		ck_assert_int_eq(open_n(h, i, 1, 2, 4 * i, 4, MD_REGION_USER, 1), 0);
+	md__host_set_now(h, 5000);
+	ck_assert_int_eq(open_n(h, 8, 1, 0, 0, 3, MD_REGION_TOOL_OUT, 1), 0); /* seq 0 */
+	struct md_stats_rec r = rec(MD_REC_PAGE_FREE); /* positions 4..7 of seq 2 go */
+	r.slot = 1;
+	r.gen = 1;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	md__host_set_now(h, 7000);
+	r = rec(MD_REC_STEP);
+	r.seq = 2;
+	r.clock = 9;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	struct md__seq_info q[4];
+	ck_assert_uint_eq(md__host_seqs(h, UINT32_MAX, 10000, q, 4), 2);
+	ck_assert_uint_eq(q[0].seq, 0);
+	ck_assert_uint_eq(q[0].tokens_live, 3);
+	ck_assert_uint_eq(q[0].span_tokens, 3);
+	ck_assert_uint_eq(q[0].idle_ns, 5000);
+	ck_assert_uint_eq(q[1].seq, 2);
+	ck_assert_uint_eq(q[1].pages, 3);
+	ck_assert_uint_eq(q[1].tokens_live, 12);
+	ck_assert_uint_eq(q[1].span_tokens, 16);
+	ck_assert_uint_eq(q[1].clock, 9);
+	ck_assert_uint_eq(q[1].idle_ns, 3000);
+	/* a count past cap, an unknown engine, and an ended sequence */
+	ck_assert_uint_eq(md__host_seqs(h, UINT32_MAX, 10000, q, 1), 2);
+	ck_assert_uint_eq(q[0].seq, 0);
+	ck_assert_uint_eq(md__host_seqs(h, 7, 10000, q, 4), 0);
+	r = rec(MD_REC_SEQ_END);
+	r.seq = 2;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	ck_assert_uint_eq(md__host_seqs(h, 1, 10000, q, 4), 1);
+	md__host_free(h);
+}
+END_TEST
+
 START_TEST(test_evicting_state_and_cap)
 {
 	struct md__params p;
@@ -765,6 +811,7 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_never_pinned_or_protected);
 	tcase_add_test(tc, test_budgets_and_watermark);
 	tcase_add_test(tc, test_evicting_state_and_cap);
+	tcase_add_test(tc, test_seqs_listing);
 	tcase_add_test(tc, test_resync_keeps_state);
 	tcase_add_test(tc, test_policy_change_next_decision);
 	tcase_add_test(tc, test_oracle_memdecay);

@@ -279,6 +279,7 @@ static const struct {
 	{ "calibrate", MD__CTL_CALIBRATE, 0, 0, 0 },
 	{ "ping", MD__CTL_PING, 0, 0, 0 },
 	{ "weight", MD__CTL_WEIGHT, 1, 1, 1 },
+	{ "sessions", MD__CTL_SESSIONS, 0, 0, 1 },
 };
 
 int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
@@ -371,6 +372,7 @@ int md__ctl_parse(char *line, struct md__ctl_req *req, char *err, size_t errlen)
 			[MD__CTL_CALIBRATE] = "calibrate [--apply]",
 			[MD__CTL_PING] = "ping",
 			[MD__CTL_WEIGHT] = "weight W --engine E",
+			[MD__CTL_SESSIONS] = "sessions [--engine E]",
 		};
 		snprintf(err, errlen, "wrong number of arguments for %s; usage: %s", req->cmd_name,
 			 usage[req->cmd]);

@@ -17,6 +17,7 @@
 
 #define MD__CTL_ARGS_MAX 64
 #define MD__TOP_MAX 1000u
+#define MD__SESSIONS_MAX 4096u   /* rows in one `sessions` reply; the rest are counted */
 #define MD__TP_SIZE_MAX 64u
 
 struct md__hello {
@@ -48,6 +49,7 @@ enum md__ctl_cmd {
 	MD__CTL_CALIBRATE,
 	MD__CTL_PING,
 	MD__CTL_WEIGHT,
+	MD__CTL_SESSIONS,
 };
 
 struct md__ctl_req {

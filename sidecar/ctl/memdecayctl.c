@@ -36,6 +36,8 @@ static void usage(FILE *f)
 		"  engines                           attached engines\n"
 		"  stats [--engine E]                counters per engine\n"
 		"  top N [--engine E]                the N lowest-scored evictable pages, with score terms\n"
+		"  sessions [--engine E]             live sequences (an engine's sessions): tokens held and\n"
+		"                                    evicted, pages, turns, idle time (docs/operations.md)\n"
 		"  metrics                           Prometheus text format\n"
 		"  save [FILE]                       write the configuration (default: the --config file;\n"
 		"                                    FILE only inside memdecayd's --save-dir)\n"

@@ -604,6 +604,70 @@ static int cmd_top(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 	return 0;
 }
 
+/* Every live sequence of the engines this peer may see: an engine that keeps a
+ * conversation's cache between requests keeps its sequence, so these are its
+ * sessions (docs/operations.md, "Sessions"). */
+static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
+			char *err, size_t errlen)
+{
+	struct md__peer *only = NULL;
+	if (r->engine && !(only = need_engine(d, r->engine, err, errlen)))
+		return -ENOENT;
+	struct md__seq_info *s = malloc(MD__SESSIONS_MAX * sizeof(*s));
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	uint64_t now = md_now_ns();
+	size_t shown = 0, total = 0;
+	if (r->json)
+		md__sbuf_printf(b, "{\"sessions\":[");
+	else
+		md__sbuf_printf(b, "%-6s %-16s %-6s %10s %10s %10s %6s %6s %10s %9s\n", "ENGINE", "NAME",
+				"SEQ", "TOKENS", "EVICTED", "SPAN", "PAGES", "TURNS", "CLOCK",
+				"IDLE_S");
+	for (struct md__peer *e = d->engines; e; e = e->next) {
+		if (!visible(e) || (only && e != only))
+			continue;
+		size_t room = MD__SESSIONS_MAX - shown;
+		size_t n = md__host_seqs(d->host, e->id, now, s, room);
+		total += n;
+		if (n > room)
+			n = room;
+		for (size_t i = 0; i < n; i++, shown++) {
+			const struct md__seq_info *q = &s[i];
+			uint64_t evicted = q->span_tokens - q->tokens_live;
+			double idle = q->idle_ns == UINT64_MAX ? -1.0 : (double)q->idle_ns / 1e9;
+			if (r->json) {
+				md__sbuf_printf(b, "%s{\"engine\":%u,\"name\":", shown ? "," : "",
+						e->id);
+				md__sbuf_json_str(b, e->name);
+				md__sbuf_printf(b, ",\"seq\":%u,\"tokens\":%llu,\"evicted_tokens\":%llu,"
+						   "\"span_tokens\":%llu,\"pages\":%u,\"turns\":%u,"
+						   "\"clock\":%llu,\"idle_s\":%.3f}",
+						q->seq, (unsigned long long)q->tokens_live,
+						(unsigned long long)evicted,
+						(unsigned long long)q->span_tokens, q->pages, q->turns,
+						(unsigned long long)q->clock, idle);
+			} else {
+				md__sbuf_printf(b, "%-6u %-16.16s %-6u %10llu %10llu %10llu %6u %6u %10llu %9.1f\n",
+						e->id, e->name, q->seq,
+						(unsigned long long)q->tokens_live,
+						(unsigned long long)evicted,
+						(unsigned long long)q->span_tokens, q->pages, q->turns,
+						(unsigned long long)q->clock, idle);
+			}
+		}
+	}
+	free(s);
+	if (r->json)
+		md__sbuf_printf(b, "],\"total\":%zu,\"shown\":%zu}\n", total, shown);
+	else if (total > shown)
+		md__sbuf_printf(b, "(%zu more not shown: at most %u rows)\n", total - shown,
+				MD__SESSIONS_MAX);
+	return 0;
+}
+
 static void prom_head(struct md__sbuf *b, const char *name, const char *type, const char *help)
 {
 	md__sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -923,6 +987,7 @@ static int peer_may(const struct md__ctl_req *r, char *err, size_t errlen)
 	case MD__CTL_PING:
 	case MD__CTL_ENGINES:
 	case MD__CTL_STATS:
+	case MD__CTL_SESSIONS:
 	case MD__CTL_METRICS:
 		return 0; /* engine lists are cut to the peer's own */
 	case MD__CTL_TOP:
@@ -963,6 +1028,7 @@ void md__control_exec(struct md__daemon *d, struct md__conn *c, char *line, stru
 		case MD__CTL_ENGINES: rc = cmd_engines(d, &r, &body); break;
 		case MD__CTL_STATS: rc = cmd_stats(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_TOP: rc = cmd_top(d, &r, &body, err, sizeof(err)); break;
+		case MD__CTL_SESSIONS: rc = cmd_sessions(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_METRICS: rc = cmd_metrics(d, &body); break;
 		case MD__CTL_SAVE: rc = cmd_save(d, &r, &body, err, sizeof(err)); break;
 		case MD__CTL_CALIBRATE: rc = calibrate(d, &r, &body, err, sizeof(err)); break;

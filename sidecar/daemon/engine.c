@@ -181,6 +181,7 @@ static int order_cmp(const void *a, const void *b)
 static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 {
 	uint64_t t_start = md_now_ns();
+	md__host_set_now(d->host, t_start);
 	e->last_resync_request = request;
 	e->resyncs++;
 	if (d->calib)
@@ -316,6 +317,7 @@ static int relabel_continue(struct md__daemon *d, struct md__peer *e, uint64_t t
 static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 {
 	uint64_t t0 = md_now_ns();
+	md__host_set_now(d->host, t0);
 	if (e->relabel_pending) {
 		/* the engine's later records wait for the rest of this one */
 		int rc = relabel_continue(d, e, t0);

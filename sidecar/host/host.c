@@ -348,6 +348,43 @@ int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
 	return 0;
 }
 
+void md__host_set_now(struct md__host *h, uint64_t now_ns)
+{
+	h->now_ns = now_ns;
+}
+
+size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_ns,
+		     struct md__seq_info *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < h->n_engines; i++) {
+		const struct md__engine *e = h->engines[i];
+		if (engine_id != UINT32_MAX && e->id != engine_id)
+			continue;
+		for (uint32_t q = 0; q < e->max_seqs; q++) {
+			const struct md__seq *s = &e->seqs[q];
+			if (!s->n_pages)
+				continue;
+			if (n < cap) {
+				const struct md__pos_ent *last = &s->pages[s->n_pages - 1];
+				struct md__seq_info *o = &out[n];
+				o->engine_id = e->id;
+				o->seq = q;
+				o->pages = s->n_pages;
+				o->turns = s->turn_n;
+				o->tokens_live = s->tokens_live;
+				o->span_tokens = last->first_pos + last->n_tokens;
+				o->clock = s->clock;
+				o->idle_ns = s->active_ns && now_ns >= s->active_ns
+						     ? now_ns - s->active_ns
+						     : UINT64_MAX;
+			}
+			n++;
+		}
+	}
+	return n;
+}
+
 int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 			  struct md__engine_stats *out)
 {

@@ -138,6 +138,29 @@ struct md__top_entry {
 size_t md__host_top(const struct md__host *h, uint32_t engine_id,
 		    struct md__top_entry *out, size_t n);
 
+/* The transport's clock (monotonic ns) for the records it hands over next:
+ * each sequence remembers when it last stepped or opened a page, so an
+ * operator sees how long a session has been idle between turns. */
+void md__host_set_now(struct md__host *h, uint64_t now_ns);
+
+/* A live sequence (one page or more): what `memdecayctl sessions` shows.  An
+ * engine that keeps a conversation's cache across requests keeps its sequence,
+ * so a sequence is a session (docs/operations.md, "Sessions"). */
+struct md__seq_info {
+	uint32_t engine_id, seq;
+	uint32_t pages;            /* live pages (not counting ones being evicted) */
+	uint32_t turns;            /* region turns seen (docs/policies.md, memdecay-turn) */
+	uint64_t tokens_live;      /* tokens held */
+	uint64_t span_tokens;      /* positions up to the end of its last page */
+	uint64_t clock;            /* its step clock */
+	uint64_t idle_ns;          /* since its last step or page open (UINT64_MAX: unknown) */
+};
+/* Fills up to cap entries, engine (attach order) then sequence order, for
+ * every engine (engine_id = UINT32_MAX) or one, idle times as of now_ns (the
+ * clock of md__host_set_now); returns how many there are. */
+size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_ns,
+		     struct md__seq_info *out, size_t cap);
+
 struct md__engine_stats {
 	uint32_t engine_id;
 	uint32_t policy;

@@ -91,6 +91,7 @@ struct md__seq {
 	uint64_t *turn_clk;
 	uint32_t turn_n, turn_cap;
 	uint32_t turn_region;     /* region of the last appended token */
+	uint64_t active_ns;       /* host clock at its last step or page open (0: none) */
 };
 
 #define MD__NO_CLASS 0xffu
@@ -142,6 +143,7 @@ struct md__host {
 	/* scratch for decisions, grown as needed */
 	void *scratch_a, *scratch_b;
 	size_t scratch_a_cap, scratch_b_cap;
+	uint64_t now_ns;              /* md__host_set_now */
 };
 
 /* ---- effective settings: what an engine runs with (its options over the

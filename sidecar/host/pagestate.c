@@ -259,6 +259,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	}
 	if (clock > s->clock)
 		s->clock = clock;
+	s->active_ns = h->now_ns;
 	struct md__page *pg = &e->pages[slot];
 	uint64_t keep = n_tokens >= 16 ? ~0ULL : ((1ULL << (4 * n_tokens)) - 1);
 	memset(pg, 0, sizeof(*pg));
@@ -390,6 +391,7 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	s->clock = 0;
 	s->tokens_live = 0;
 	s->turn_n = 0;
+	s->active_ns = 0;
 	md__ob_note(e, seq);
 }
 
@@ -620,6 +622,7 @@ int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_st
 		if (r->clock < s->clock)
 			return -MD__REJ_CLOCK;
 		s->clock = r->clock;
+		s->active_ns = h->now_ns;
 		return 0;
 	}
 	case MD_REC_PAGE_OPEN:

@@ -319,6 +319,20 @@ for x, y in zip(a["engines"], b["engines"]):
     assert y["evictions"] > x["evictions"], (x["name"], x["evictions"], y["evictions"])
 PYEOF
 	ctl top 5 | grep -q SCORE || fail "top"
+	ctl --json sessions >"$D/q.json"
+	python3 - "$D/q.json" <<'PYEOF' || fail "sessions: $(cat "$D/q.json")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+rows = o["sessions"]
+# two engines of 4 sequences each, every one holding pages and stepping now
+assert o["total"] == o["shown"] == 8 == len(rows), o["total"]
+assert sorted({r["engine"] for r in rows}).__len__() == 2
+for r in rows:
+    assert r["tokens"] > 0 and r["pages"] > 0 and r["span_tokens"] >= r["tokens"], r
+    assert r["tokens"] + r["evicted_tokens"] == r["span_tokens"], r
+    assert 0 <= r["idle_s"] < 5, r
+PYEOF
+	ctl sessions | grep -q IDLE_S || fail "sessions text"
 	ctl metrics | grep -q '^memdecay_engines_attached 2' || fail "metrics engines"
 	stop_loadgen lg1; stop_loadgen lg2
 	check_invariants lg1; check_invariants lg2

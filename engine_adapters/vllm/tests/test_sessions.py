@@ -28,6 +28,7 @@ openai client (agents.py).
 
 test_sessions.py [--quick] [--keep DIR]   (--quick: fewer turns; CI)"""
 import argparse
+import json
 import math
 import os
 import signal
@@ -107,7 +108,7 @@ def part_transparency(client, trace, turns):
           "cached_tokens from turn 2 on: %s" % [m["cached"] for m in mine])
 
 
-def part_accounting(client, trace, turns):
+def part_accounting(client, trace, turns, daemon):
     budget = 256
     print("accounting: a session under a budget of %d tokens, %d turns" % (budget, turns),
           flush=True)
@@ -130,6 +131,15 @@ def part_accounting(client, trace, turns):
         check(computed <= max(new, 0) + BLOCK,
               "turn %d: %d prompt tokens computed for a new suffix of %d (+ at most %d); %d "
               "served from the session" % (k + 1, computed, new, BLOCK, cur["cached"]))
+    # the operator's view: memdecayctl lists the retained session with what it holds
+    rows = [r for r in json.loads(daemon.ctl("--json", "sessions").stdout)["sessions"]
+            if r["name"].endswith("/b%d" % budget)]
+    r = rows[0] if len(rows) == 1 else {}
+    check(len(rows) == 1 and r["tokens"] <= budget + BLOCK and r["evicted_tokens"] > 0
+          and r["span_tokens"] >= out[-1]["prompt"] and r["idle_s"] >= 0.4,
+          "memdecayctl sessions: the session, idle %.1f s, holds %s tokens of a span of %s "
+          "(%s evicted)" % (r.get("idle_s", -1), r.get("tokens"), r.get("span_tokens"),
+                            r.get("evicted_tokens")))
     return out
 
 
@@ -267,7 +277,7 @@ def first_server(work, daemon, turns, servers):
     servers.append(server)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
     part_transparency(client, trace, turns)
-    acct = part_accounting(client, trace, turns)
+    acct = part_accounting(client, trace, turns, daemon)
     part_isolation(client, trace)
     part_ttl(client, trace, ttl)
     d2 = part_faults(client, work, daemon, trace)
