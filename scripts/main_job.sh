@@ -6,7 +6,10 @@
 #     agent trace under a small KV budget with memdecay and with recency,
 #     side by side with the full cache;
 #  3. the same model and trace served by vLLM (its CPU build, with the MemDecay
-#     plugin) through `vllm serve`'s OpenAI endpoint under the same budget.
+#     plugin) through `vllm serve`'s OpenAI endpoint under the same budget;
+#  4. two agents talking to `vllm serve` for six turns under a KV memory cap,
+#     with MemDecay sessions and without: time to first token per turn, KV
+#     blocks held and facts kept.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -32,7 +35,15 @@ echo "== memdecayd with 4 engines under a budget of 96 pages each"
 "$BIN/memdecayd" --socket "$SOCK" --foreground 2>"$DIR/daemon.log" &
 DPID=$!
 i=0
-while [ ! -S "$SOCK" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$SOCK" ]; do
+	if ! kill -0 "$DPID" 2>/dev/null || [ $i -ge 200 ]; then
+		echo "main_job: memdecayd did not come up on $SOCK within 10 s; its log:" >&2
+		cat "$DIR/daemon.log" >&2
+		exit 1
+	fi
+	sleep 0.05
+	i=$((i + 1))
+done
 
 PIDS=""
 for e in 1 2 3 4; do
@@ -41,8 +52,13 @@ for e in 1 2 3 4; do
 		--seed "$e" --step-hz 1000 --json >"$DIR/engine-$e.json" &
 	PIDS="$PIDS $!"
 done
-sleep 1
-echo "attached engines:"; "$BIN/memdecayctl" --socket "$SOCK" engines || true
+i=0   # until the four have attached (each runs about 3 s)
+while [ "$("$BIN/memdecayctl" --socket "$SOCK" engines | tail -n +2 | wc -l)" -lt 4 ] &&
+	[ $i -lt 100 ]; do
+	sleep 0.05
+	i=$((i + 1))
+done
+echo "attached engines:"; "$BIN/memdecayctl" --socket "$SOCK" engines
 for p in $PIDS; do wait "$p" || echo "loadgen $p failed" >&2; done
 echo
 echo "== what the daemon evicted, by region (4 engines, budget 96 pages each)"

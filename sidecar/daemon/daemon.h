@@ -26,6 +26,7 @@
 #include "loop.h"
 #include "sbuf.h"
 #include "lathist.h"
+#include "log.h"
 #include "calib_live.h"
 
 #define MD__CONN_MAX 256             /* operator (not attached) connections; engines: daemon.max_engines */
@@ -36,7 +37,6 @@
 #define MD__RELABEL_PIECE 1024u      /* pages per piece of a RELABEL between clock reads */
 #define MD__RESYNC_GAP_FACTOR 8u     /* a resync waits 8x the last one's duration after it ended */
 #define MD__RESYNC_GAP_MAX_NS 60000000000ull /* keeps the 1/9 share up to 7.5 s resyncs */
-#define MD__LOG_BURST 5u             /* warnings per source per second before they are counted only */
 #define MD__INGEST_BATCH 4096u       /* records per engine per iteration (fairness) */
 #define MD__DECIDE_BATCH 256u
 #define MD__HOST_CHUNK 64u          /* records per md__host_ingest_batch call */
@@ -64,16 +64,6 @@ struct md__pending_cmd {
 	uint64_t decided_ns;
 };
 struct mdk_cuda_ring_reader;
-
-/* At most MD__LOG_BURST lines a second per source; the rest are counted and
- * the count is logged with the next line let through (docs/reliability.md). */
-struct md__ratelimit {
-	uint64_t window_ns;
-	uint32_t lines;
-	uint64_t suppressed;
-};
-/* 1: log now (*suppressed gets the count held back so far and is reset). */
-int md__ratelimit_ok(struct md__ratelimit *r, uint64_t now_ns, uint64_t *suppressed);
 
 struct md__conn {
 	struct md__daemon *d;

@@ -69,23 +69,6 @@ void md__conn_close(struct md__daemon *d, struct md__conn *c)
 	conn_free(c);
 }
 
-int md__ratelimit_ok(struct md__ratelimit *r, uint64_t now_ns, uint64_t *suppressed)
-{
-	*suppressed = 0;
-	if (now_ns - r->window_ns >= 1000000000ull || !r->window_ns) {
-		r->window_ns = now_ns ? now_ns : 1;
-		r->lines = 0;
-	}
-	if (r->lines >= MD__LOG_BURST) {
-		r->suppressed++;
-		return 0;
-	}
-	r->lines++;
-	*suppressed = r->suppressed;
-	r->suppressed = 0;
-	return 1;
-}
-
 static size_t conn_queued(const struct md__conn *c)
 {
 	return c->out_len - c->out_off;
