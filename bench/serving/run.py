@@ -124,8 +124,9 @@ def agent(client, tok, i, a, row, out):
     out[i] = turns
 
 
-def run_row(row, a, work, daemon, tok):
-    import openai
+def start_row(row, a, work, daemon):
+    """A fresh `vllm serve` for one row: (server, url, log, trace, seconds to start).
+    a: budget, pool_blocks, max_model_len, sessions (the most concurrent clients)."""
     env, on = row_env(row, a)
     trace = os.path.join(work, "trace-%s.jsonl" % row) if on else None
     extra = ["--enable-prompt-tokens-details"]
@@ -136,7 +137,12 @@ def run_row(row, a, work, daemon, tok):
         work, daemon, trace, MODEL, env, on=on, extra_args=extra,
         llm_args={"max_model_len": a.max_model_len, "max_num_seqs": max(8, a.sessions)},
         log_name="vllm-%s.log" % row)
-    started = time.monotonic() - t_start
+    return server, url, log, trace, time.monotonic() - t_start
+
+
+def run_row(row, a, work, daemon, tok):
+    import openai
+    server, url, log, trace, started = start_row(row, a, work, daemon)
     try:
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=1800, max_retries=0)
         one_turn(client, [{"role": "user", "content": "Hello."}], "warmup", 2)
