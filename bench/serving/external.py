@@ -179,12 +179,7 @@ def main():
                         "block_tokens": harness.BLOCK, "max_model_len": a.max_model_len,
                         "max_tokens": a.max_tokens, "seed": a.seed},
            "machine": {"cpus": os.cpu_count()}, "rows": results, "ratios": ratios}
-    text = json.dumps(doc, indent=1)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
-    return 0
+    return run.emit(doc, a.out)
 
 
 if __name__ == "__main__":

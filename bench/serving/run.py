@@ -200,6 +200,16 @@ def summarise(r, a):
     return r
 
 
+def emit(doc, out):
+    """Prints the result's JSON, and writes it to out when given."""
+    text = json.dumps(doc, indent=1)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -255,12 +265,7 @@ def main():
                         "max_tokens": a.max_tokens, "seed": a.seed, "quick": a.quick,
                         "prefill_chunk": harness.LLM_ARGS["max_num_batched_tokens"]},
            "machine": {"cpus": os.cpu_count()}, "rows": results}
-    text = json.dumps(doc, indent=1)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
-    return 0
+    return emit(doc, a.out)
 
 
 if __name__ == "__main__":
