@@ -326,7 +326,7 @@ o = json.load(open(sys.argv[1]))
 rows = o["sessions"]
 # two engines of 4 sequences each, every one holding pages and stepping now
 assert o["total"] == o["shown"] == 8 == len(rows), o["total"]
-assert sorted({r["engine"] for r in rows}).__len__() == 2
+assert len({r["engine"] for r in rows}) == 2
 for r in rows:
     assert r["tokens"] > 0 and r["pages"] > 0 and r["span_tokens"] >= r["tokens"], r
     assert r["tokens"] + r["evicted_tokens"] == r["span_tokens"], r
