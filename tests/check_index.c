@@ -80,6 +80,7 @@ static void random_params(struct world *w)
 	p->random_seed = rnd();
 	static const double tls[] = {0, 0.5, 1, 4};
 	p->turn_lambda_scale = tls[rn(4)];
+	p->turn_recent_fraction = fr[rn(4)];
 	static const double lws[] = {1, 1, 0.75, 0.5};
 	p->low_watermark = lws[rn(4)];
 	p->budget_sequence_tokens = rn(2) ? 0 : 4 + rn(40);

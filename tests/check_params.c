@@ -39,6 +39,7 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(P.protect_recent, 1);
 	ck_assert_uint_eq(P.sink_tokens, 4);
 	ck_assert_double_eq(P.h2o_recent_fraction, 0.5);
+	ck_assert_double_eq(P.turn_recent_fraction, 0);
 	ck_assert_double_eq(P.low_watermark, 1.0);
 	ck_assert_uint_eq(P.heartbeat_timeout_ms, 3000);
 	ck_assert_uint_eq(P.violation_limit, 1000);
@@ -66,6 +67,8 @@ START_TEST(test_set_good)
 	ck_assert_int_eq(md__params_set(&P, "random.seed", "18446744073709551615", err, sizeof err), 0);
 	ck_assert_uint_eq(P.random_seed, UINT64_MAX);
 	ck_assert_int_eq(md__params_set(&P, "h2o.recent_fraction", "0", err, sizeof err), 0);
+	ck_assert_int_eq(md__params_set(&P, "memdecay-turn.recent_fraction", "0.25", err, sizeof err), 0);
+	ck_assert_double_eq(P.turn_recent_fraction, 0.25);
 	ck_assert_int_eq(md__params_set(&P, "memdecay.beta", "0", err, sizeof err), 0);
 	ck_assert_int_eq(md__params_set(&P, "daemon.nap_ms", "0", err, sizeof err), 0);
 	ck_assert_uint_eq(P.nap_ms, 0);
@@ -99,6 +102,7 @@ START_TEST(test_set_bad_values)
 	expect_bad("memdecay.beta", "1", -EINVAL);
 	expect_bad("memdecay.beta", "-0.5", -EINVAL);
 	expect_bad("h2o.recent_fraction", "1.5", -EINVAL);
+	expect_bad("memdecay-turn.recent_fraction", "-0.1", -EINVAL);
 	expect_bad("budget.low_watermark", "0", -EINVAL);
 	expect_bad("budget.low_watermark", "1.01", -EINVAL);
 	expect_bad("memdecay.region.plan.pinned", "yes", -EINVAL);
@@ -229,13 +233,13 @@ START_TEST(test_get_foreach)
 	ck_assert_str_eq(buf, "memdecay");
 	struct visit v = {0, 0, 0};
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 8 * 3 + 21); /* 21 scalar keys (params.c) */
+	ck_assert_int_eq(v.n, 8 * 3 + 22); /* 22 scalar keys (params.c) */
 	ck_assert_int_eq(v.saw_alpha, 1);
 	ck_assert_int_eq(v.saw_code, 0);
 	md__params_set(&P, "region.8.name", "code", err, sizeof err);
 	memset(&v, 0, sizeof v);
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 9 * 3 + 21 + 1);
+	ck_assert_int_eq(v.n, 9 * 3 + 22 + 1);
 	ck_assert_int_eq(v.saw_code, 1);
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_NORM), "memdecay-norm");
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_TURN), "memdecay-turn");

@@ -21,3 +21,15 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
     LABELS "transformers;no_asan" TIMEOUT 1200 SKIP_RETURN_CODE 77 RESOURCE_LOCK model_cpu
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
 endif()
+
+# The fair comparison's harness (bench/kvpress/fair.py): online StreamingLLM keeps exactly
+# sinks plus the newest tokens (read back from the cache), kvpress's own top-k order does not,
+# and the pinned and paged variants keep what they promise.  About a minute.
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
+  add_test(NAME kvpress_fair
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/run.sh
+      ${PROJECT_SOURCE_DIR}/bench/kvpress/test_fair.py)
+  set_tests_properties(kvpress_fair PROPERTIES
+    LABELS "transformers;no_asan" TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK model_cpu
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
+endif()

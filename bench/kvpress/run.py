@@ -51,6 +51,7 @@ from memdecay import Region  # noqa: E402
 from memdecay_transformers import Feeder, MemDecayOnline, MemDecayPress, encode_messages  # noqa: E402
 from memdecay_transformers.chat import question_ids  # noqa: E402
 from memdecay_transformers.daemon import Daemon  # noqa: E402
+import fair  # noqa: E402  (bench/kvpress/fair.py)
 import jsonl  # noqa: E402  (bench/kvpress/jsonl.py)
 
 MAX_NEW = 16          # greedy answer length, as memdecay-agent's default
@@ -65,8 +66,15 @@ KV_PRESSES = {
     "observed_attention": lambda: kvpress.ObservedAttentionPress(),
     "knorm": lambda: kvpress.KnormPress(),
     "expected_attention": lambda: kvpress.ExpectedAttentionPress(),
-    "random": lambda: kvpress.RandomPress(seed=0),
+    "random": lambda: fair.FreshRandomPress(seed=0),
 }
+# Presses whose scores assume one prefill over the whole context: ObservedAttention divides by
+# arange(k_len, 0, -1) (square prefill attention), ExpectedAttention takes the chunk's length as
+# the position its future queries start from.  They run one-shot only (docs/kvpress.md).
+ONESHOT_ONLY = {"observed_attention", "expected_attention"}
+# a press row is kv:NAME, kv:NAME+pin (system and newest pages kept by maximal score) or
+# kv:NAME+pin+page (that, and pages pooled over layers and heads: fair.py)
+VARIANTS = ("", "+pin", "+pin+page", "+page")
 # row name -> (memdecayd policy, daemon)
 MD_ROWS = {
     "memdecay": ("memdecay", "default"),
@@ -77,7 +85,31 @@ MD_ROWS = {
     "md-recency": ("recency", "default"),
     "md-random": ("random", "default"),
 }
-ALL_ROWS = ["kv:" + k for k in KV_PRESSES] + list(MD_ROWS)
+# each MemDecay row also runs unpinned: nothing pinned, protect_recent 0 (the page being
+# filled is still kept: an engine cannot free the page it writes into)
+for _r, (_p, _d) in list(MD_ROWS.items()):
+    if _d == "default":
+        MD_ROWS[_r + "+nopin"] = (_p, "nopin")
+# daemon -> memdecayctl set KEY VALUE pairs applied after it starts
+DAEMON_SETTINGS = {
+    "default": [],
+    "calibrated": [],
+    "nopin": [("memdecay.region.system.pinned", "false"), ("protect_recent", "0")],
+}
+# memdecay-turn with a recent window of NN% of the budget (memdecay-turn.recent_fraction)
+for _w in (25, 50):
+    MD_ROWS["memdecay-turn+w%d" % _w] = ("memdecay-turn", "w%d" % _w)
+    DAEMON_SETTINGS["w%d" % _w] = [("memdecay-turn.recent_fraction", "%.2f" % (_w / 100))]
+OLD_ROWS = ["kv:" + k for k in KV_PRESSES] + [r for r in MD_ROWS if "+" not in r]
+ALL_ROWS = ["kv:" + k + v for k in KV_PRESSES for v in VARIANTS] + list(MD_ROWS)
+# the fair comparison (docs/kvpress.md): every press plain, pinned, and pinned and paged
+# (StreamingLLM also paged unpinned, the match of MemDecay's unpinned rows), MemDecay's rows
+# pinned and unpinned
+FAIR_ROWS = (["kv:" + k + v for k in KV_PRESSES for v in VARIANTS[:3]] + ["kv:streaming_llm+page"]
+             + ["memdecay-turn", "memdecay-turn+nopin", "memdecay", "memdecay+nopin",
+                "md-recency", "md-recency+nopin", "memdecay-cal", "memdecay-turn+w25",
+                "memdecay-turn+w50"])
+ROW_SETS = {"fair": FAIR_ROWS, "old": OLD_ROWS, "all": ALL_ROWS}
 MODES = ("oneshot", "online")
 
 
@@ -114,6 +146,7 @@ def load_trace(path):
 
 class Model:
     def __init__(self, path):
+        self.name = os.path.basename(os.path.normpath(path))
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                           attn_implementation="eager")
@@ -270,21 +303,31 @@ def ask_all(m, feeder, qs, ans):
 class KeptMap:
     """True positions of each layer's and KV head's cache entries, in physical order, for a
     kvpress press (which keeps a different set per head).  Wraps the press's score() to see
-    each compression's scores and repeats ScorerPress.compress's top-k on them."""
+    each compression's scores (raised first where `protect` keeps an entry: the +pin rows) and
+    repeats the ordered top-k of fair.ordered() on them."""
 
-    def __init__(self, m, press):
+    def __init__(self, m, press, protect=None, ordered=True):
+        self.ordered = ordered
         self.pos = [[[] for _ in range(m.n_kv)] for _ in range(m.n_layers)]
         self.scores = {}
+        self.n_fed = 0
         base = press.base_press if isinstance(press, DecodingPress) else press
         orig = base.score
 
         def score(module, *args, **kw):
             s = orig(module, *args, **kw)
+            if protect is not None:
+                li = module.layer_idx
+                s = torch.stack([fair.pin_scores(s[:, h:h + 1],
+                                                 protect.positions(self.pos[li][h], self.n_fed))
+                                 for h in range(s.shape[1])], dim=1).squeeze(2)
             self.scores[module.layer_idx] = s.detach()
             return s
         base.score = score
 
     def append(self, new):
+        new = list(new)
+        self.n_fed = max(self.n_fed, new[-1] + 1)
         for layer in self.pos:
             for h in layer:
                 h.extend(new)
@@ -293,7 +336,9 @@ class KeptMap:
         """After a forward: apply every layer's compression seen during it."""
         for li, s in self.scores.items():
             n_kept = cache.layers[li].keys.shape[2]
-            idx = s[0].topk(n_kept, dim=-1).indices            # (KV, n_kept), as kvpress does
+            idx = s[0].topk(n_kept, dim=-1).indices
+            if self.ordered:                                               # fair.ordered()
+                idx = idx.sort(dim=-1).values
             self.pos[li] = [[self.pos[li][h][i] for i in idx[h].tolist()]
                             for h in range(len(self.pos[li]))]
         self.scores.clear()
@@ -337,8 +382,71 @@ def reference(m, tr):
 
 # ---------------------------------------------------------------- one run
 
+def parse_kv_row(row):
+    """kv:NAME[+pin][+page] -> (press name, pinned, paged)."""
+    name, *var = row[3:].split("+")
+    return name, "pin" in var, "page" in var
+
+
+def runs_in(row, mode):
+    """Whether a row runs in a mode: the presses in ONESHOT_ONLY have no online row."""
+    return not (row.startswith("kv:") and mode == "online"
+                and parse_kv_row(row)[0] in ONESHOT_ONLY)
+
+
 def budget_tokens(n, frac):
     return max(1, int(round(n * frac)))
+
+
+def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
+    """Feeds trace tr into feeder f under kvpress row `row` (kv:NAME[+pin][+page]) at budget B
+    tokens, one-shot or online.  Returns (kept, kls): the true positions kept per layer and KV
+    head, physical order, and the online KL per assistant message of ref_lp.  ordered=False
+    runs kvpress's own compress (kept entries in top-k order), for the test that shows why
+    fair.ordered() is needed."""
+    ref_lp = ref_lp or {}
+    wrap = fair.ordered if ordered else (lambda press: press)
+    kls = []
+    name, pin, paged = parse_kv_row(row)
+    make = KV_PRESSES[name]
+    needs_att = name == "observed_attention"
+    protect = fair.Protect(tr.regions) if pin else None
+
+    def fit_window(base, a, b):
+        if name == "snapkv":   # its observation window must fit in the chunk
+            base.window_size = max(1, min(64, b - a - 1))
+    if paged:
+        base = wrap(make())
+        runner = fair.PagedRunner(m.model, f, base, B, protect)
+        for a, b in ([(0, tr.n)] if mode == "oneshot" else tr.chunks()):
+            fit_window(base, a, b)
+            out = runner.forward(tr.ids[a:b], output_attentions=needs_att)
+            if mode == "online" and (a, b) in ref_lp:
+                kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+        kept = uniform_map(m, runner.pos)
+    elif mode == "oneshot":
+        press = wrap(make())
+        press.compression_ratio = 1.0 - (B + 0.5) / tr.n
+        km = KeptMap(m, press, protect, ordered)
+        km.append(range(tr.n))
+        with torch.no_grad(), press(m.model):
+            f.forward(tr.ids, output_attentions=needs_att)
+        km.settle(f.cache)
+        kept = km.pos
+    else:
+        base = wrap(make())
+        press = DecodingPress(base_press=base, compression_interval=1, target_size=B)
+        km = KeptMap(m, press, protect, ordered)
+        with torch.no_grad(), press(m.model):
+            for a, b in tr.chunks():
+                fit_window(base, a, b)
+                km.append(range(a, b))
+                out = f.forward(tr.ids[a:b], output_attentions=needs_att)
+                km.settle(f.cache)
+                if (a, b) in ref_lp:
+                    kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+        kept = km.pos
+    return kept, kls
 
 
 def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
@@ -349,30 +457,7 @@ def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
     t0 = time.monotonic()
     online = None
     if row.startswith("kv:"):
-        make = KV_PRESSES[row[3:]]
-        needs_att = row == "kv:observed_attention"
-        if mode == "oneshot":
-            press = make()
-            press.compression_ratio = 1.0 - (B + 0.5) / tr.n
-            km = KeptMap(m, press)
-            km.append(range(tr.n))
-            with torch.no_grad(), press(m.model):
-                f.forward(tr.ids, output_attentions=needs_att)
-            km.settle(f.cache)
-        else:
-            base = make()
-            press = DecodingPress(base_press=base, compression_interval=1, target_size=B)
-            km = KeptMap(m, press)
-            with torch.no_grad(), press(m.model):
-                for a, b in tr.chunks():
-                    if row == "kv:snapkv":   # its observation window must fit in the chunk
-                        base.window_size = max(1, min(64, b - a - 1))
-                    km.append(range(a, b))
-                    out = f.forward(tr.ids[a:b], output_attentions=needs_att)
-                    km.settle(f.cache)
-                    if (a, b) in ref_lp:
-                        kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
-        kept = km.pos
+        kept, kls = feed_press(m, tr, f, row, mode, B, ref_lp)
     else:
         policy, which = MD_ROWS[row]
         d = daemons[which]
@@ -403,7 +488,8 @@ def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
                        "att_share": attention_share(rp["att"], kept)})
     if online is not None:
         online.close()
-    return {"trace": tr.name, "row": row, "mode": mode, "budget": frac, "budget_tokens": B,
+    return {"trace": tr.name, "model": m.name, "row": row, "mode": mode, "budget": frac,
+            "budget_tokens": B,
             "trace_tokens": tr.n, "kept_tokens": kept_tokens,
             "kl_trace": (sum(kls) / len(kls)) if kls else None,
             "wall_s": round(time.monotonic() - t0, 3), "probes": probes}
@@ -475,7 +561,10 @@ def main():
                     "(only those are scored anyway; the screen saves the runs of traces the model "
                     "cannot answer).  Traces with finished runs are kept whatever K is")
     ap.add_argument("--budgets", help="comma-separated fractions of each trace (0.25,0.5,0.75)")
-    ap.add_argument("--rows", help="comma-separated rows (default all: %s)" % ",".join(ALL_ROWS))
+    ap.add_argument("--rows", default="fair",
+                    help="comma-separated rows, or a set: fair (the default: %s), old (the rows "
+                    "of the first run, results/runs.jsonl), all (%s)"
+                    % (",".join(FAIR_ROWS), ",".join(ALL_ROWS)))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", help="output directory (default bench/kvpress/results, "
                     "or a temporary one with --quick)")
@@ -492,7 +581,7 @@ def main():
         ap.error("no memdecayd: pass --bin DIR or set MEMDECAY_BIN to the build's bin directory")
     n_traces = a.traces or (1 if a.quick else 10)
     budgets = [float(x) for x in (a.budgets or ("0.5" if a.quick else "0.25,0.5,0.75")).split(",")]
-    rows = a.rows.split(",") if a.rows else ALL_ROWS
+    rows = ROW_SETS.get(a.rows) or a.rows.split(",")
     for r in rows:
         if r not in ALL_ROWS:
             ap.error("unknown row %r (rows: %s)" % (r, ", ".join(ALL_ROWS)))
@@ -533,12 +622,15 @@ def main():
     names = {os.path.basename(p) for p in traces}
     done = {k for k in done if k[0] in names and k[1] in rows and k[2] in modes and k[3] in budgets}
     screened = screened_out(os.path.join(out, "reference.jsonl"), a.min_pass)
-    todo_total = len(traces) * len(rows) * len(modes) * len(budgets)
+    todo_total = len(traces) * len(budgets) * sum(runs_in(r, mo) for r in rows for mo in modes)
     log("%d traces x %d rows x %d modes x %d budgets = %d runs (%d already in %s)"
         % (len(traces), len(rows), len(modes), len(budgets), todo_total, len(done), runs_path))
     daemons = {}
     try:
-        daemons["default"] = Daemon(a.bin)
+        for which in sorted({MD_ROWS[r][1] for r in rows if r in MD_ROWS} - {"calibrated"}):
+            daemons[which] = Daemon(a.bin)
+            for key, value in DAEMON_SETTINGS[which]:
+                daemons[which].ctl("set", key, value)
         if any(MD_ROWS.get(r, (None, None))[1] == "calibrated" for r in rows):
             daemons["calibrated"] = Daemon(a.bin)
             cal_path = os.path.join(out, "calibration.json" if shard == 0 else
@@ -558,7 +650,7 @@ def main():
             for ti, path in enumerate(traces):
                 tr = Trace(m, path)
                 pending = [(r, mo, b) for r in rows for mo in modes for b in budgets
-                           if (tr.name, r, mo, b) not in done]
+                           if runs_in(r, mo) and (tr.name, r, mo, b) not in done]
                 if not pending:
                     continue
                 started = any(k[0] == tr.name for k in done)

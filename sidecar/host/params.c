@@ -48,6 +48,7 @@ void md__params_defaults(struct md__params *p)
 	p->h2o_recent_fraction = 0.5;
 	p->random_seed = 1;
 	p->turn_lambda_scale = 0.1;
+	p->turn_recent_fraction = 0;
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
@@ -158,6 +159,7 @@ static const struct scalar_key scalar_keys[] = {
 	{"h2o.recent_fraction", K_DOUBLE, OFF(h2o_recent_fraction), 0, 1, 0, 0, 0, 0},
 	{"random.seed", K_U64, OFF(random_seed), 0, 0, 0, 0, 0, UINT64_MAX},
 	{"memdecay-turn.lambda_scale", K_DOUBLE, OFF(turn_lambda_scale), 0, 1e9, 0, 0, 0, 0},
+	{"memdecay-turn.recent_fraction", K_DOUBLE, OFF(turn_recent_fraction), 0, 1, 0, 0, 0, 0},
 	{"budget.sequence_tokens", K_U64, OFF(budget_sequence_tokens), 0, 0, 0, 0, 0, 1ull << 48},
 	{"budget.engine_pages", K_U64, OFF(budget_engine_pages), 0, 0, 0, 0, 0, 1ull << 48},
 	{"budget.global_pages", K_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48},

@@ -31,6 +31,7 @@ struct md__params {
 	double h2o_recent_fraction;           /* h2o.recent_fraction, 0..1 */
 	uint64_t random_seed;                 /* random.seed */
 	double turn_lambda_scale;             /* memdecay-turn.lambda_scale: lambda_r per turn */
+	double turn_recent_fraction;          /* memdecay-turn.recent_fraction, 0..1 */
 	/* budgets: 0 means none */
 	uint64_t budget_sequence_tokens;
 	uint64_t budget_engine_pages;

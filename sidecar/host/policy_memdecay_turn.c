@@ -12,6 +12,9 @@
  * the score), so memdecay's bound (lambda_r == 0 terms plus the attention
  * term) holds at every later clock.  No decay-class heaps: their bound is in
  * clock units (evict_index.c), which turns do not follow.
+ * Window: protection covers at least the newest memdecay-turn.recent_fraction
+ * of the sequence's budget (in pages), as h2o's window does (default 0: only
+ * the usual protected pages; docs/policies.md, "memdecay-turn with a window").
  */
 #include <math.h>
 #include "host_internal.h"
@@ -62,13 +65,19 @@ static double lower_bound(const struct md__page *pg, const struct md__score_in *
 	return md__memdecay_lower_bound(pg, in, in->norm_mode);
 }
 
+static uint32_t window_pages(const struct md__params *p, uint64_t budget_pages)
+{
+	double w = floor(p->turn_recent_fraction * (double)budget_pages);
+	return w > (double)UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+}
+
 const struct md__policy md__policy_memdecay_turn = {
 	.name = "memdecay-turn",
 	.score = score,
 	.static_bound = md__memdecay_static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
-	.window_pages = NULL,
+	.window_pages = window_pages,
 	.step_decay = 0,   /* ages count turns, not steps: no per-step decay bound */
 	.attn_lowers = 1,
 	.memdecay_bound = 1,
