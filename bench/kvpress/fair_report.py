@@ -52,6 +52,10 @@ def is_fair_baseline(row):
     return row.startswith("kv:") and row.endswith("+pin+page")
 
 
+def is_unpinned_press(row):
+    return row.startswith("kv:") and "+pin" not in row
+
+
 class Report:
     def __init__(self, out, mode):
         runs, self.refs = load(out)
@@ -93,10 +97,13 @@ class Report:
                 "lost": [k for k in both if pb[k]["passed"] and not pa[k]["passed"]]}
 
     def strongest(self, pred):
-        cand = [(self.retention(r, None, "unpinned")["ci"] or [0])[0] for r in self.rows
-                if pred(r)]
+        """The row with the highest unpinned retention over all budgets, ties broken by the
+        mean Δ log-prob."""
+        def key(r):
+            ret, d = self.retention(r, None, "unpinned")["ci"], self.dlp(r, None, "unpinned")
+            return ((ret or [0])[0], (d or [-1e9])[0])
         names = [r for r in self.rows if pred(r)]
-        return names[int(np.argmax(cand))] if names else None
+        return max(names, key=key) if names else None
 
 
 def verdict(c):
@@ -123,19 +130,44 @@ def bname(b):
 def build(R, md_row, md_note):
     base = R.strongest(is_fair_baseline)
     S = {"mode": R.mode, "md_row": md_row, "md_row_chosen": md_note, "baseline": base,
-         "budgets": R.budgets, "rows": {}, "headline": []}
+         "budgets": R.budgets, "rows": {}, "headline": [], "unpinned_pair": None}
     for row in R.rows:
         S["rows"][row] = {bname(b): {g: R.retention(row, b, g) for g in GROUPS}
                           for b in R.budgets + [None]}
         for b in R.budgets + [None]:
             S["rows"][row][bname(b)]["dlp_unpinned"] = R.dlp(row, b, "unpinned")
+    S["headline"] = headline(R, md_row, base)
+    # the same fight without protection on either side: MemDecay's row unpinned against the
+    # strongest press that pins nothing
+    nopin, free = md_row + "+nopin" if md_row else None, R.strongest(is_unpinned_press)
+    if nopin in R.rows and free:
+        S["unpinned_pair"] = {"md_row": nopin, "baseline": free,
+                              "rows": headline(R, nopin, free)}
+    return S
+
+
+def headline(R, md_row, base):
+    out = []
     if md_row and base:
         for b in R.budgets + [None]:
             for g in ("unpinned", "old", "recent"):
                 c = R.paired(md_row, base, b, g)
                 c.update(budget=bname(b), group=g, verdict=verdict(c))
-                S["headline"].append(c)
-    return S
+                out.append(c)
+    return out
+
+
+def headline_table(S, md, base, rows):
+    L = ["| budget | facts | %s | %s | wins/ties/losses | p | Δlog-p, %s − baseline | "
+         "Δlog-p W/L, p | verdict |" % (md, base, md),
+         "|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        L.append("| %s | %s | %s | %s | %d/%d/%d | %.3g | %s | %d/%d, %.3g | %s |" % (
+            c["budget"], c["group"], pct(S["rows"][md][c["budget"]][c["group"]]),
+            pct(S["rows"][base][c["budget"]][c["group"]]), c["wins"], c["ties"],
+            c["losses"], c["p"], num(c["dlp_diff"]), c["dlp_wins"], c["dlp_losses"],
+            c["dlp_p"], c["verdict"]))
+    return L + [""]
 
 
 def markdown(S, R, source):
@@ -145,21 +177,17 @@ def markdown(S, R, source):
     if md and base:
         L += ["**%s against the strongest fair baseline, %s** (pinned and paged: the system "
               "message and the newest 2 pages kept, whole 16-token pages, one set for every "
-              "layer and head, as memdecayd keeps them). %s. Unpinned probes only; paired per "
-              "probe; a win or loss needs a two-sided sign test at p < 0.05."
-              % (md, base, S["md_row_chosen"]), "",
-              "| budget | facts | %s | %s | wins/ties/losses | p | Δlog-p, %s − baseline | "
-              "Δlog-p W/L, p | verdict |" % (md, base, md),
-              "|---|---|---|---|---|---|---|---|---|"]
-        for c in S["headline"]:
-            L.append("| %s | %s | %s | %s | %d/%d/%d | %.3g | %s | %d/%d, %.3g | %s |" % (
-                c["budget"], c["group"], pct(S["rows"][md][c["budget"]][c["group"]]),
-                pct(S["rows"][base][c["budget"]][c["group"]]), c["wins"], c["ties"],
-                c["losses"], c["p"], num(c["dlp_diff"]), c["dlp_wins"], c["dlp_losses"],
-                c["dlp_p"], c["verdict"]))
-        L.append("")
+              "layer and head, as memdecayd keeps them). MemDecay's row: %s. Unpinned probes "
+              "only; paired per probe; a win or loss needs a two-sided sign test at p < 0.05."
+              % (md, base, S["md_row_chosen"]), ""]
+        L += headline_table(S, md, base, S["headline"])
+    u = S["unpinned_pair"]
+    if u:
+        L += ["**Without protection on either side: %s against the strongest press that pins "
+              "nothing, %s.**" % (u["md_row"], u["baseline"]), ""]
+        L += headline_table(S, u["md_row"], u["baseline"], u["rows"])
     L += ["Every row, all budgets pooled (per budget in `bench/results/kvpress_fair.json`). "
-          "Retention [95%% interval] (passes/scored); Δlog-p: mean change of the gold answer's "
+          "Retention [95% interval] (passes/scored); Δlog-p: mean change of the gold answer's "
           "log-probability against full cache on unpinned probes.", "",
           "| row | unpinned | old | recent | Δlog-p unpinned | system |",
           "|---|---|---|---|---|---|"]
@@ -202,6 +230,9 @@ def main():
     ap.add_argument("--mode", default="online", choices=("online", "oneshot"))
     ap.add_argument("--md-row", help="MemDecay's row for the headline, chosen on other traces")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--best-md", action="store_true",
+                    help="print the MemDecay row with the highest unpinned retention on OUT "
+                    "(the tuning traces) and exit")
     ap.add_argument("--docs", metavar="HEADER_FILE",
                     help="write docs/results.md's fair section: HEADER_FILE's lines, then the "
                     "tables")
@@ -212,6 +243,9 @@ def main():
     if not os.path.exists(os.path.join(a.out, "runs.jsonl")):
         ap.error("%s has no runs.jsonl (run bench/kvpress/run.py first)" % a.out)
     R = Report(a.out, a.mode)
+    if a.best_md:
+        print(R.strongest(is_md))
+        return 0
     md, note = a.md_row, "chosen beforehand on the tuning traces"
     if md and md not in R.rows:
         ap.error("--md-row %s has no runs in %s (rows: %s)" % (md, a.out, ", ".join(R.rows)))

@@ -85,21 +85,19 @@ MD_ROWS = {
     "md-recency": ("recency", "default"),
     "md-random": ("random", "default"),
 }
-# each MemDecay row also runs unpinned: nothing pinned, protect_recent 0 (the page being
-# filled is still kept: an engine cannot free the page it writes into)
-for _r, (_p, _d) in list(MD_ROWS.items()):
-    if _d == "default":
-        MD_ROWS[_r + "+nopin"] = (_p, "nopin")
 # daemon -> memdecayctl set KEY VALUE pairs applied after it starts
-DAEMON_SETTINGS = {
-    "default": [],
-    "calibrated": [],
-    "nopin": [("memdecay.region.system.pinned", "false"), ("protect_recent", "0")],
-}
+DAEMON_SETTINGS = {"default": [], "calibrated": []}
 # memdecay-turn with a recent window of NN% of the budget (memdecay-turn.recent_fraction)
 for _w in (25, 50):
     MD_ROWS["memdecay-turn+w%d" % _w] = ("memdecay-turn", "w%d" % _w)
     DAEMON_SETTINGS["w%d" % _w] = [("memdecay-turn.recent_fraction", "%.2f" % (_w / 100))]
+# each MemDecay row also runs unpinned: nothing pinned, protect_recent 0 (the page being
+# filled is still kept: an engine cannot free the page it writes into)
+NOPIN = [("memdecay.region.system.pinned", "false"), ("protect_recent", "0")]
+for _r, (_p, _d) in list(MD_ROWS.items()):
+    if _d != "calibrated":
+        MD_ROWS[_r + "+nopin"] = (_p, _d + "-nopin")
+        DAEMON_SETTINGS[_d + "-nopin"] = DAEMON_SETTINGS[_d] + NOPIN
 OLD_ROWS = ["kv:" + k for k in KV_PRESSES] + [r for r in MD_ROWS if "+" not in r]
 ALL_ROWS = ["kv:" + k + v for k in KV_PRESSES for v in VARIANTS] + list(MD_ROWS)
 # the fair comparison (docs/kvpress.md): every press plain, pinned, and pinned and paged
@@ -581,7 +579,9 @@ def main():
         ap.error("no memdecayd: pass --bin DIR or set MEMDECAY_BIN to the build's bin directory")
     n_traces = a.traces or (1 if a.quick else 10)
     budgets = [float(x) for x in (a.budgets or ("0.5" if a.quick else "0.25,0.5,0.75")).split(",")]
-    rows = ROW_SETS.get(a.rows) or a.rows.split(",")
+    rows = []
+    for r in a.rows.split(","):     # a set's name stands for its rows
+        rows += [x for x in ROW_SETS.get(r, [r]) if x not in rows]
     for r in rows:
         if r not in ALL_ROWS:
             ap.error("unknown row %r (rows: %s)" % (r, ", ".join(ALL_ROWS)))
@@ -630,7 +630,7 @@ def main():
         for which in sorted({MD_ROWS[r][1] for r in rows if r in MD_ROWS} - {"calibrated"}):
             daemons[which] = Daemon(a.bin)
             for key, value in DAEMON_SETTINGS[which]:
-                daemons[which].ctl("set", key, value)
+                daemons[which].ctl("set", "%s=%s" % (key, value))
         if any(MD_ROWS.get(r, (None, None))[1] == "calibrated" for r in rows):
             daemons["calibrated"] = Daemon(a.bin)
             cal_path = os.path.join(out, "calibration.json" if shard == 0 else

@@ -1,5 +1,6 @@
 #!/bin/sh
-# run_full.sh — the committed kvpress comparison (docs/kvpress.md): traces made
+# run_full.sh — the first kvpress comparison (docs/kvpress.md; superseded by
+# run_fair.sh, kept as history and reproducible): traces made
 # once, then run.py --full on two processes (one torch thread each: on two cores
 # that is about 1.5x one process with two threads), then the report.
 # Then the llama.cpp rows (run_llama.sh), explain.py (docs/kvpress.md) and the
@@ -21,7 +22,7 @@ mkdir -p "$OUT"
 $RUN "$ROOT/bench/kvpress/run.py" --full --traces "$TRACES" --out "$OUT" --prepare
 pids=
 for k in 0 1; do
-	$RUN "$ROOT/bench/kvpress/run.py" --full --traces "$TRACES" --min-pass "$MIN_PASS" --shard $k/2 --out "$OUT" 2>"$OUT/shard$k.log" &
+	$RUN "$ROOT/bench/kvpress/run.py" --full --rows old --traces "$TRACES" --min-pass "$MIN_PASS" --shard $k/2 --out "$OUT" 2>"$OUT/shard$k.log" &
 	pids="$pids $!"
 done
 trap 'kill $pids 2>/dev/null' INT TERM
