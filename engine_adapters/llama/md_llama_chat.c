@@ -5,6 +5,7 @@
 #include "md_llama_chat.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,11 +43,29 @@ int md_llama_region_of(const char *role, const char *explicit_region)
 	return MD_REGION_USER;
 }
 
+/* The format a model's own metadata implies (no explicit template). */
+static int md__detect_format(const struct llama_model *model, const char *tmpl)
+{
+	if (tmpl)
+		return strstr(tmpl, "<start_of_turn>") ? MD_LLAMA_CHAT_GEMMA : MD_LLAMA_CHAT_TEMPLATE;
+	char arch[64];
+	if (model && llama_model_meta_val_str(model, "general.architecture", arch, sizeof(arch)) > 0 &&
+	    !strncmp(arch, "gemma", 5))
+		return MD_LLAMA_CHAT_GEMMA;
+	return MD_LLAMA_CHAT_TEMPLATE;
+}
+
 int md_llama_chat_init(struct md_llama_chat *c, const struct llama_model *model, const char *tmpl)
 {
 	memset(c, 0, sizeof(*c));
-	if (!tmpl)
-		tmpl = llama_model_chat_template(model, NULL);
+	if (tmpl) {
+		c->format = !strcmp(tmpl, "gemma") ? MD_LLAMA_CHAT_GEMMA : MD_LLAMA_CHAT_TEMPLATE;
+	} else {
+		tmpl = model ? llama_model_chat_template(model, NULL) : NULL;
+		c->format = md__detect_format(model, tmpl);
+	}
+	if (c->format == MD_LLAMA_CHAT_GEMMA)
+		tmpl = "gemma";
 	if (!tmpl)
 		tmpl = "chatml";
 	c->tmpl = strdup(tmpl);
@@ -65,9 +84,64 @@ void md_llama_chat_free(struct md_llama_chat *c)
 	memset(c, 0, sizeof(*c));
 }
 
+const char *md_llama_chat_format_name(const struct md_llama_chat *c)
+{
+	return c->format == MD_LLAMA_CHAT_GEMMA ? "gemma" : "template";
+}
+
+static llama_token md__one_token(const struct llama_model *model, const char *text)
+{
+	const struct llama_vocab *vocab = llama_model_get_vocab(model);
+	llama_token t[2];
+	int32_t n = llama_tokenize(vocab, text, (int32_t)strlen(text), t, 2, false, true);
+	return n == 1 ? t[0] : LLAMA_TOKEN_NULL;
+}
+
+llama_token md_llama_chat_eot(const struct md_llama_chat *c, const struct llama_model *model)
+{
+	const struct llama_vocab *vocab = llama_model_get_vocab(model);
+	if (c->format == MD_LLAMA_CHAT_GEMMA)
+		return md__one_token(model, "<end_of_turn>");
+	llama_token t = llama_vocab_eot(vocab);
+	if (t != LLAMA_TOKEN_NULL)
+		return t;
+	t = md__one_token(model, "<|im_end|>");
+	return t != LLAMA_TOKEN_NULL ? t : llama_vocab_eos(vocab);
+}
+
+/* Gemma turns (md_llama_chat.h): each message a turn of its own. */
+static int md__format_gemma(const struct md_llama_chat *c, size_t n, int add_ass, char **out,
+			    int32_t *len)
+{
+	size_t cap = 1;
+	for (size_t i = 0; i < n; i++)
+		cap += strlen(c->msgs[i].content) + 48;
+	cap += 32;
+	char *buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *who = !strcmp(c->msgs[i].role, "assistant") ? "model" : "user";
+		at += (size_t)snprintf(buf + at, cap - at, "<start_of_turn>%s\n%s<end_of_turn>\n", who,
+				       c->msgs[i].content);
+	}
+	if (add_ass)
+		at += (size_t)snprintf(buf + at, cap - at, "<start_of_turn>model\n");
+	if (at >= cap || at > INT32_MAX) {
+		free(buf);
+		return -EOVERFLOW;
+	}
+	*out = buf;
+	*len = (int32_t)at;
+	return 0;
+}
+
 static int md__format(const struct md_llama_chat *c, size_t n, int add_ass, char **out,
 		      int32_t *len)
 {
+	if (c->format == MD_LLAMA_CHAT_GEMMA)
+		return md__format_gemma(c, n, add_ass, out, len);
 	int32_t cap = 256;
 	for (size_t i = 0; i < n; i++)
 		cap += (int32_t)(2 * (strlen(c->msgs[i].content) + strlen(c->msgs[i].role)) + 64);

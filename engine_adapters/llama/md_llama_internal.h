@@ -58,9 +58,16 @@ struct md_llama {
 	uint32_t max_seqs;      /* tracked */
 	uint32_t n_seq_all;     /* all sequence ids the map accepts */
 
-	/* cell map */
+	/* cell maps: n_maps blocks of n_ctx cells (map m at m * n_ctx).  Map 0 is
+	 * the KV cache layer 0 writes to.  A model with sliding-window layers
+	 * (llama_model_n_swa > 0: Gemma 2/3, ...) has two KV caches in llama.cpp
+	 * (llama_kv_cache_iswa: SWA layers and full-attention layers), each with
+	 * its own cell placement; map 1 is the other one, and layer_map says which
+	 * map each layer's cells are in (docs/llama.md, "Sliding-window layers"). */
+	uint32_t n_maps;
 	int32_t *cell_seq, *cell_pos, *cell_page;
 	uint8_t *cell_tok;
+	uint8_t *layer_map;     /* [n_layer] */
 
 	/* pages */
 	struct mdl_page *pages;
@@ -85,6 +92,8 @@ struct md_llama {
 	uint32_t cur_n;
 	int cur_tracked;
 	int cur_idx_seen;
+	unsigned cur_map_seen;  /* bit m: map m written in this ubatch */
+	const struct ggml_tensor *cur_idx[2];  /* this ubatch's cell index tensor per map */
 	int in_decode;
 
 	/* daemon */
@@ -109,7 +118,9 @@ struct md_llama {
 void mdl_keepalive(md_llama *a, uint64_t now);
 
 /* md_llama_cells.c */
-void mdl_observe_kv_write(md_llama *a, const struct ggml_tensor *t);
+void mdl_observe_kv_write(md_llama *a, const struct ggml_tensor *t, long layer);
+/* Clears every map's cells of seq at positions >= p0 (p0 < 0: page p only). */
+void mdl_cells_clear(md_llama *a, llama_seq_id seq, llama_pos p0, int32_t page);
 
 /* md_llama_pages.c */
 void mdl_register_missing(md_llama *a);

@@ -94,13 +94,7 @@ void mdl_page_release(md_llama *a, uint32_t p)
 {
 	struct mdl_page *pg = &a->pages[p];
 	struct mdl_seq *s = &a->seqs[pg->seq];
-	for (uint32_t c = 0; c < a->n_ctx; c++) {
-		if (a->cell_page[c] == (int32_t)p) {
-			a->cell_seq[c] = -1;
-			a->cell_pos[c] = -1;
-			a->cell_page[c] = -1;
-		}
-	}
+	mdl_cells_clear(a, pg->seq, -1, (int32_t)p);
 	s->page_of[(uint64_t)pg->first_pos / a->P] = -1;
 	s->live_tokens -= pg->n_tokens;
 	if (pg->registered && a->slot_to_page[pg->slot] == (int32_t)p)

@@ -10,6 +10,10 @@ if [ ! -f "$ENV" ]; then
 fi
 . "$ENV"
 export MEMDECAY_HF_MODEL
+# the Gemma 3 model, when setup_kvpress.sh made it (tests that need it skip without)
+if [ -n "${MEMDECAY_GEMMA_HF_MODEL:-}" ]; then
+	export MEMDECAY_GEMMA_HF_MODEL
+fi
 SRC=${MEMDECAY_SRC:?}
 PYTHONPATH=$SRC/engine_adapters/python:$SRC/engine_adapters/transformers${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH

@@ -72,9 +72,20 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0);
  * fallback).  Refuses pinned regions (by the current parameters) and the tail. */
 int md_llama_evict_page(md_llama *a, llama_seq_id seq, llama_pos pos);
 
-/* The adapter's view of cell c: seq -1 when free. */
+/* The adapter's view of cell c: seq -1 when free.  md_llama_cell reads map 0
+ * (the KV cache layer 0 writes to). */
 int md_llama_cell(const md_llama *a, uint32_t cell, llama_seq_id *seq, llama_pos *pos);
 uint32_t md_llama_n_cells(const md_llama *a);
+/* Models with sliding-window layers (llama_model_n_swa > 0) have two KV caches
+ * in llama.cpp, so two cell maps: 2 maps after md_llama_bind, else 1.  Map 0
+ * is layer 0's cache (for Gemma 3: the sliding-window one), map 1 the other.
+ * A cell that slid out of the window and was purged by llama.cpp may keep its
+ * old entry in map 0 until it is written again; no attention falls on it. */
+uint32_t md_llama_n_maps(const md_llama *a);
+int md_llama_cell_in(const md_llama *a, uint32_t map, uint32_t cell, llama_seq_id *seq,
+		     llama_pos *pos);
+/* The map a layer's cells are in (learned from its K write), -1 if unknown. */
+int md_llama_layer_map(const md_llama *a, uint32_t layer);
 uint32_t md_llama_live_tokens(const md_llama *a, llama_seq_id seq);
 /* Region of the live token at pos, or -1 when not live. */
 int md_llama_token_region(const md_llama *a, llama_seq_id seq, llama_pos pos);

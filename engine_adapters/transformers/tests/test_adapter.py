@@ -26,8 +26,8 @@ from kvpress import DecodingPress
 from kvpress.utils import compute_n_kept
 
 from memdecay import Region
-from memdecay_transformers import (Feeder, MemDecayOnline, MemDecayPress, encode_messages,
-                                   question_ids)
+from memdecay_transformers import (Feeder, MemDecayOnline, MemDecayPress, assistant_header_ids,
+                                   encode_messages, question_ids)
 from memdecay_transformers.daemon import Daemon
 
 P = 16
@@ -98,7 +98,7 @@ def one_shot(model, tok, d):
 def decoding(model, tok, d):
     msgs = chat(2) + [{"role": "user", "content": "What is the secret code word?"}]
     ids, regions, spans = encode_messages(tok, msgs)
-    ids += tok("<|im_start|>assistant\n", add_special_tokens=False).input_ids
+    ids += assistant_header_ids(tok)
     regions += [int(Region.ASSISTANT)] * (len(ids) - len(regions))
     target = 128
     base = MemDecayPress(socket=d.sock, memdecayctl=os.path.join(d.bindir, "memdecayctl"))
