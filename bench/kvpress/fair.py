@@ -116,7 +116,7 @@ class PagedRunner:
         self._score_now = False
         self.pool = PoolScores(press, lambda: self._score_now)
 
-    def forward(self, ids, output_attentions=False):
+    def forward(self, ids, output_attentions=False, logits_to_keep=0):
         new = list(range(self.f.next_pos, self.f.next_pos + len(ids)))
         k_pos = self.pos + new
         self._score_now = len(k_pos) > self.budget
@@ -124,7 +124,8 @@ class PagedRunner:
             # presses that read their ratio (StreamingLLM's window) see the one this step needs
             self.press.compression_ratio = 1.0 - self.budget / len(k_pos)
         with torch.no_grad(), self.pool(self.model):
-            out = self.f.forward(ids, output_attentions=output_attentions)
+            out = self.f.forward(ids, output_attentions=output_attentions,
+                                 logits_to_keep=logits_to_keep)
         if self._score_now:
             keep = self.decide(k_pos, new[-1] + 1)
             self.f.keep(keep)

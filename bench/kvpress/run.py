@@ -28,7 +28,6 @@ OUT/calibration.json, OUT/traces/.  Progress on stderr.  Needs the kvpress venv
 (scripts/setup_kvpress.sh) and the built daemon (MEMDECAY_BIN, MEMDECAY_LIBRARY)."""
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -43,12 +42,15 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 GEN = os.path.join(ROOT, "bench", "probes", "gen_traces.py")
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 import kvpress  # noqa: E402
+import logging  # noqa: E402
+# kvpress warns on every press context for a model class it has not tested (Gemma3ForCausalLM)
+logging.getLogger("kvpress").setLevel(logging.ERROR)
 from kvpress import DecodingPress  # noqa: E402
 
-from memdecay import Region  # noqa: E402
-from memdecay_transformers import Feeder, MemDecayOnline, MemDecayPress, encode_messages  # noqa: E402
+from memdecay_transformers import (GEMMA, Feeder, MemDecayOnline, MemDecayPress, chat_format,  # noqa: E402
+                                   encode_messages, end_of_turn_id, kv_cache, sliding_window)
 from memdecay_transformers.chat import question_ids  # noqa: E402
 from memdecay_transformers.daemon import Daemon  # noqa: E402
 import fair  # noqa: E402  (bench/kvpress/fair.py)
@@ -91,6 +93,18 @@ DAEMON_SETTINGS = {"default": [], "calibrated": []}
 for _w in (25, 50):
     MD_ROWS["memdecay-turn+w%d" % _w] = ("memdecay-turn", "w%d" % _w)
     DAEMON_SETTINGS["w%d" % _w] = [("memdecay-turn.recent_fraction", "%.2f" % (_w / 100))]
+# memdecay-turn candidates tuned on the seed-13 traces (docs/kvpress.md, "Tuning"):
+#   +dens: region bases ordered by facts per token in the generated traces (scratchpad and
+#          tool results dense, retrieved documents sparse) instead of the defaults;
+#   +s1:   ages count ten times faster (lambda_scale 1.0 instead of 0.1), so age can move a
+#          page across the bases' tiers within a trace.
+for _name, _set in {
+        "dens": [("memdecay.region.scratchpad.base", "0.8"),
+                 ("memdecay.region.retrieval.base", "0.45"),
+                 ("memdecay.region.tool_out.base", "0.9")],
+        "s1": [("memdecay-turn.lambda_scale", "1.0")]}.items():
+    MD_ROWS["memdecay-turn+" + _name] = ("memdecay-turn", _name)
+    DAEMON_SETTINGS[_name] = _set
 # each MemDecay row also runs unpinned: nothing pinned, protect_recent 0 (the page being
 # filled is still kept: an engine cannot free the page it writes into)
 NOPIN = [("memdecay.region.system.pinned", "false"), ("protect_recent", "0")]
@@ -105,8 +119,7 @@ ALL_ROWS = ["kv:" + k + v for k in KV_PRESSES for v in VARIANTS] + list(MD_ROWS)
 # pinned and unpinned
 FAIR_ROWS = (["kv:" + k + v for k in KV_PRESSES for v in VARIANTS[:3]] + ["kv:streaming_llm+page"]
              + ["memdecay-turn", "memdecay-turn+nopin", "memdecay", "memdecay+nopin",
-                "md-recency", "md-recency+nopin", "memdecay-cal", "memdecay-turn+w25",
-                "memdecay-turn+w50"])
+                "md-recency", "md-recency+nopin", "memdecay-cal", "memdecay-turn+w50"])
 ROW_SETS = {"fair": FAIR_ROWS, "old": OLD_ROWS, "all": ALL_ROWS}
 MODES = ("oneshot", "online")
 
@@ -153,7 +166,29 @@ class Model:
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
-        self.eos = self.tok.convert_tokens_to_ids("<|im_end|>")
+        self.fmt = chat_format(self.tok)
+        # greedy answers stop at the end of the turn; the pretrained Gemma rarely writes
+        # <end_of_turn>, so its end of text stops them too
+        self.stop = {end_of_turn_id(self.tok)}
+        if self.fmt is GEMMA and self.tok.eos_token_id is not None:
+            self.stop.add(self.tok.eos_token_id)
+        self.window = sliding_window(self.model.config)
+
+    def feeder(self, tr, probes=True):
+        """A Feeder for trace tr.  Sliding-window layers (Gemma 3) are left to the model: every
+        position of a trace and its probes is inside the window, so they attend to the whole
+        cache like global layers and a press may drop entries per head (Feeder's true-position
+        window mask is per layer)."""
+        f = Feeder(self.model)
+        if self.window:
+            # a probe teacher-forces its answer or decodes up to MAX_NEW tokens
+            longest = tr.n + (max(len(q) + max(len(a), MAX_NEW) for q, a in zip(tr.q, tr.a))
+                              if probes else 0)
+            if longest > self.window:
+                raise ValueError("%s: %d positions do not fit %s's sliding window of %d"
+                                 % (tr.name, longest, self.name, self.window))
+            f.window = None
+        return f
 
 
 def log_softmax(logits):
@@ -211,7 +246,7 @@ def ask(m, feeder, q, a, want_attention=False):
         feeder.crop(phys + len(q), pos + len(q))
         t = int(out.logits[0, len(q) - 1].argmax())
         passed = False
-        while len(text_ids) < MAX_NEW and t != m.eos:
+        while len(text_ids) < MAX_NEW and t not in m.stop:
             text_ids.append(t)
             if contains(m.tok.decode(text_ids), m.tok.decode(a)):
                 passed = True
@@ -224,7 +259,7 @@ def ask(m, feeder, q, a, want_attention=False):
 
 def _batched_cache(m, cache, n):
     """A DynamicCache holding `cache`'s entries repeated for n batch rows."""
-    c = DynamicCache(config=m.model.config)
+    c = kv_cache(m.model)
     for li, lay in enumerate(cache.layers):
         c.update(lay.keys.expand(n, -1, -1, -1).contiguous(),
                  lay.values.expand(n, -1, -1, -1).contiguous(), li)
@@ -279,7 +314,7 @@ def ask_all(m, feeder, qs, ans):
             for k, t in enumerate(tok.tolist()):
                 if not live[k]:
                     continue
-                if t == m.eos:
+                if t in m.stop:
                     live[k] = False
                     continue
                 gen[k].append(t)
@@ -365,10 +400,10 @@ def attention_share(att_full, kept):
 # ---------------------------------------------------------------- reference (full cache)
 
 def reference(m, tr):
-    f = Feeder(m.model)
+    f = m.feeder(tr)
     ref_lp = {}
     for a, b in tr.chunks():
-        out = f.forward(tr.ids[a:b])
+        out = f.forward(tr.ids[a:b], logits_to_keep=ltk(a, b, tr.assistant_spans))
         if (a, b) in tr.assistant_spans:
             ref_lp[(a, b)] = log_softmax(out.logits[0, :-1])
     probes = []
@@ -379,6 +414,13 @@ def reference(m, tr):
 
 
 # ---------------------------------------------------------------- one run
+
+def ltk(a, b, wanted):
+    """logits_to_keep for the forward of chunk (a, b): every position's logits where the
+    chunk's KL is measured (wanted), else the last one's (a large vocabulary's head is as
+    costly as the rest of a small model)."""
+    return 0 if (a, b) in wanted else 1
+
 
 def parse_kv_row(row):
     """kv:NAME[+pin][+page] -> (press name, pinned, paged)."""
@@ -418,7 +460,8 @@ def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
         runner = fair.PagedRunner(m.model, f, base, B, protect)
         for a, b in ([(0, tr.n)] if mode == "oneshot" else tr.chunks()):
             fit_window(base, a, b)
-            out = runner.forward(tr.ids[a:b], output_attentions=needs_att)
+            out = runner.forward(tr.ids[a:b], output_attentions=needs_att,
+                                 logits_to_keep=ltk(a, b, ref_lp))
             if mode == "online" and (a, b) in ref_lp:
                 kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
         kept = uniform_map(m, runner.pos)
@@ -428,7 +471,7 @@ def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
         km = KeptMap(m, press, protect, ordered)
         km.append(range(tr.n))
         with torch.no_grad(), press(m.model):
-            f.forward(tr.ids, output_attentions=needs_att)
+            f.forward(tr.ids, output_attentions=needs_att, logits_to_keep=1)
         km.settle(f.cache)
         kept = km.pos
     else:
@@ -439,7 +482,8 @@ def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
             for a, b in tr.chunks():
                 fit_window(base, a, b)
                 km.append(range(a, b))
-                out = f.forward(tr.ids[a:b], output_attentions=needs_att)
+                out = f.forward(tr.ids[a:b], output_attentions=needs_att,
+                                logits_to_keep=ltk(a, b, ref_lp))
                 km.settle(f.cache)
                 if (a, b) in ref_lp:
                     kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
@@ -450,7 +494,7 @@ def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
 def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
     ref_lp, ref_probes = ref
     B = budget_tokens(tr.n, frac)
-    f = Feeder(m.model)
+    f = m.feeder(tr)
     kls = []
     t0 = time.monotonic()
     online = None
@@ -464,13 +508,14 @@ def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
                                   socket=d.sock, memdecayctl=ctl)
             press.feed(tr.regions, list(tr.chunks()))
             with torch.no_grad(), press(m.model):
-                f.forward(tr.ids)
+                f.forward(tr.ids, logits_to_keep=1)
             kept = uniform_map(m, press.cache_pos)
             press.close()
         else:
             online = MemDecayOnline(f, policy=policy, budget_tokens=B, socket=d.sock)
             for a, b in tr.chunks():
-                out = online.forward(tr.ids[a:b], tr.regions[a:b])
+                out = online.forward(tr.ids[a:b], tr.regions[a:b],
+                                     logits_to_keep=ltk(a, b, ref_lp))
                 if (a, b) in ref_lp:
                     kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
             kept = uniform_map(m, online.kept_positions())
@@ -500,10 +545,10 @@ def calibrate(m, d, traces, ctl):
     --apply`: d's λ per region from those traces' attention lifetimes (docs/calibration.md)."""
     for path in traces:
         tr = Trace(m, path)
-        f = Feeder(m.model)
+        f = m.feeder(tr, probes=False)
         online = MemDecayOnline(f, policy="memdecay", budget_tokens=0, socket=d.sock)
         for a, b in tr.chunks():
-            online.forward(tr.ids[a:b], tr.regions[a:b])
+            online.forward(tr.ids[a:b], tr.regions[a:b], logits_to_keep=1)
         online.close()
     r = subprocess.run([ctl, "--socket", d.sock, "--json", "calibrate", "--apply"],
                        capture_output=True, text=True, timeout=60)
@@ -517,7 +562,7 @@ def calibrate(m, d, traces, ctl):
 def check_batch(m, tr):
     """ask_all() against ask() one probe at a time, on a cache a policy shrank (kvpress's
     StreamingLLM at 40%, one-shot): the same pass/fail, gold log-probabilities within 1e-3."""
-    f = Feeder(m.model)
+    f = m.feeder(tr)
     press = kvpress.StreamingLLMPress(compression_ratio=0.6)
     with torch.no_grad(), press(m.model):
         f.forward(tr.ids)
@@ -614,6 +659,12 @@ def main():
         log("traces in %s" % os.path.join(out, "traces"))
         return
     m = Model(a.model)
+    if m.fmt is GEMMA:   # kvpress's ExpectedAttention fails on Gemma 3's rotary embedding
+        gone = [r for r in rows if r.startswith("kv:expected_attention")]
+        rows = [r for r in rows if r not in gone]
+        if gone:
+            log("%s: no %s (kvpress's ExpectedAttention does not run on Gemma 3)"
+                % (m.name, ", ".join(gone)))
     if a.check_batch:
         sys.exit(max(check_batch(m, Trace(m, p)) for p in traces[:2]))
     ctl = os.path.join(a.bin, "memdecayctl")

@@ -4,11 +4,12 @@
 #      StreamingLLM, online; the MemDecay row with the best unpinned retention
 #      there is the headline's row (written to OUT/tune/chosen_row);
 #   2. report: fresh traces of seed 14, never used for tuning, every row of the
-#      fair set (run.py --rows fair), online then one-shot;
+#      fair set (run.py --rows fair), online (MEMDECAY_KV_MODES=online,oneshot adds one-shot);
 #   3. fair_report.py on the report traces, with the row chosen in 1.
 # Traces run only if at least MIN_PASS of their 8 probes pass at full cache.
 # Two processes, one torch thread each.  Resumable: finished runs are kept.
-# MEMDECAY_KV_STAGE=tune stops after the tuning.
+# MEMDECAY_KV_STAGE=tune stops after the tuning; MEMDECAY_KV_ROW=ROW skips it and
+# takes ROW (a row chosen on another model's tuning traces).
 # MODEL_DIR defaults to MEMDECAY_HF_MODEL (SmolLM2); OUT is
 # bench/kvpress/results-fair/<model directory name>.
 set -eu
@@ -23,10 +24,10 @@ MODEL=$1
 [ -d "$MODEL" ] || { echo "run_fair: no model directory $MODEL" >&2; exit 2; }
 OUT=${MEMDECAY_KV_OUT:-$ROOT/bench/kvpress/results-fair/$(basename "$MODEL")}
 TUNE_TRACES=${MEMDECAY_KV_TUNE_TRACES:-8}
-TRACES=${MEMDECAY_KV_TRACES:-16}
+TRACES=${MEMDECAY_KV_TRACES:-12}
 MIN_PASS=${MEMDECAY_KV_MIN_PASS:-5}
-MODES=${MEMDECAY_KV_MODES:-online,oneshot}
-TUNE_ROWS=memdecay-turn,memdecay-turn+w25,memdecay-turn+w50,memdecay,md-recency,kv:streaming_llm+pin+page,kv:snapkv+pin+page
+MODES=${MEMDECAY_KV_MODES:-online}
+TUNE_ROWS=memdecay-turn,memdecay-turn+w25,memdecay-turn+w50,memdecay-turn+dens,memdecay-turn+s1,memdecay,md-recency,kv:streaming_llm+pin+page,kv:snapkv+pin+page
 mkdir -p "$OUT/tune" "$OUT/report"
 
 shards() { # OUT ARGS...: run.py on two processes over the same traces
@@ -46,14 +47,19 @@ shards() { # OUT ARGS...: run.py on two processes over the same traces
 	[ $rc = 0 ] || { echo "run_fair: a shard failed; see $o/shard*.log" >&2; exit 1; }
 }
 
-echo "run_fair: tuning on seed 13 ($TUNE_TRACES traces) into $OUT/tune" >&2
-shards "$OUT/tune" --seed 13 --traces "$TUNE_TRACES" --budgets 0.25,0.5,0.75 --modes online --rows "$TUNE_ROWS"
-$RUN "$ROOT/bench/kvpress/fair_report.py" "$OUT/tune" --best-md >"$OUT/tune/chosen_row"
-ROW=$(cat "$OUT/tune/chosen_row")
-echo "run_fair: chosen on the tuning traces: $ROW" >&2
+if [ -n "${MEMDECAY_KV_ROW:-}" ]; then
+	ROW=$MEMDECAY_KV_ROW
+	echo "run_fair: headline row $ROW given (MEMDECAY_KV_ROW): no tuning" >&2
+else
+	echo "run_fair: tuning on seed 13 ($TUNE_TRACES traces) into $OUT/tune" >&2
+	shards "$OUT/tune" --seed 13 --traces "$TUNE_TRACES" --budgets 0.25,0.5,0.75 --modes online --rows "$TUNE_ROWS"
+	$RUN "$ROOT/bench/kvpress/fair_report.py" "$OUT/tune" --best-md >"$OUT/tune/chosen_row"
+	ROW=$(cat "$OUT/tune/chosen_row")
+	echo "run_fair: chosen on the tuning traces: $ROW" >&2
+fi
 [ "${MEMDECAY_KV_STAGE:-all}" != tune ] || exit 0
-# the chosen row also runs unpinned (memdecay-cal has no unpinned daemon)
-case $ROW in memdecay-cal | *+nopin) ROWS=fair ;; *) ROWS="fair,$ROW+nopin" ;; esac
+# the chosen row runs, pinned and unpinned (memdecay-cal has no unpinned daemon)
+case $ROW in memdecay-cal | *+nopin) ROWS="fair,$ROW" ;; *) ROWS="fair,$ROW,$ROW+nopin" ;; esac
 echo "run_fair: report on seed 14 ($TRACES traces, modes $MODES) into $OUT/report" >&2
 for mode in $(echo "$MODES" | tr , ' '); do
 	shards "$OUT/report" --seed 14 --traces "$TRACES" --budgets 0.25,0.5,0.75 --modes "$mode" --rows "$ROWS"
