@@ -24,31 +24,11 @@
 #include "md_llama_chat.h"
 #include "memdecay_abi.h"
 
-static struct llama_model *g_model;
-
-static void log_quiet(enum ggml_log_level level, const char *text, void *user)
-{
-	(void)level;
-	(void)text;
-	(void)user;
-}
+#include "llama_fixture.h"
 
 static void setup_model(void)
 {
-	const char *path = getenv("MEMDECAY_LLAMA_MODEL");
-	ck_assert_msg(path && *path, "MEMDECAY_LLAMA_MODEL not set");
-	llama_log_set(log_quiet, NULL);
-	llama_backend_init();
-	struct llama_model_params mp = llama_model_default_params();
-	mp.n_gpu_layers = 0;
-	g_model = llama_model_load_from_file(path, mp);
-	ck_assert_msg(g_model != NULL, "cannot load %s", path);
-}
-
-static void teardown_model(void)
-{
-	llama_model_free(g_model);
-	g_model = NULL;
+	fixture_load_model("MEMDECAY_LLAMA_MODEL");
 }
 
 static struct llama_context_params ctx_params(uint32_t n_ctx, uint32_t n_seq)

@@ -28,31 +28,11 @@
 #include "md_llama_chat.h"
 #include "memdecay_abi.h"
 
-static struct llama_model *g_model;
-
-static void log_quiet(enum ggml_log_level level, const char *text, void *user)
-{
-	(void)level;
-	(void)text;
-	(void)user;
-}
+#include "llama_fixture.h"
 
 static void setup_model(void)
 {
-	const char *path = getenv("MEMDECAY_GEMMA_GGUF");
-	ck_assert_msg(path && *path, "MEMDECAY_GEMMA_GGUF not set");
-	llama_log_set(log_quiet, NULL);
-	llama_backend_init();
-	struct llama_model_params mp = llama_model_default_params();
-	mp.n_gpu_layers = 0;
-	g_model = llama_model_load_from_file(path, mp);
-	ck_assert_msg(g_model != NULL, "cannot load %s", path);
-}
-
-static void teardown_model(void)
-{
-	llama_model_free(g_model);
-	g_model = NULL;
+	fixture_load_model("MEMDECAY_GEMMA_GGUF");
 }
 
 static llama_token *tokenize(const char *text, int add_special, uint32_t *n)
