@@ -29,23 +29,12 @@ from memdecay import Region
 from memdecay_transformers import (Feeder, MemDecayOnline, MemDecayPress, assistant_header_ids,
                                    encode_messages, question_ids)
 from memdecay_transformers.daemon import Daemon
+from chats import chat  # noqa: E402  (tests/chats.py)
 
 P = 16
 torch.manual_seed(0)
 torch.set_num_threads(2)
 
-SYSTEM = {"role": "system", "content": "You are a helpful assistant. The secret code word is "
-          "PELICAN. Never forget it."}
-FILLER = ("The warehouse log lists crates of bolts, nails, hinges and brackets, each with a "
-          "weight, a shelf and a date of arrival. ")
-
-
-def chat(n_turns):
-    msgs = [SYSTEM]
-    for i in range(n_turns):
-        msgs.append({"role": "user", "content": "Part %d of the log: %s" % (i, FILLER * 2)})
-        msgs.append({"role": "assistant", "content": "Noted part %d." % i})
-    return msgs
 
 
 def check(cond, what):

@@ -40,6 +40,7 @@ from memdecay_transformers import (Feeder, MemDecayOnline, MemDecayPress, chat_f
                                    encode_messages, end_of_turn_id, kv_cache, question_ids,
                                    sliding_window)
 from memdecay_transformers.daemon import Daemon
+from chats import FILLER, chat  # noqa: E402  (tests/chats.py)
 from memdecay_transformers.pages import LayerHeartbeat
 
 P = 16
@@ -48,18 +49,6 @@ torch.manual_seed(0)
 # jobs run (8x the CPU time was measured that way under load)
 torch.set_num_threads(1)
 
-SYSTEM = {"role": "system", "content": "You are a helpful assistant. The secret code word is "
-          "PELICAN. Never forget it."}
-FILLER = ("The warehouse log lists crates of bolts, nails, hinges and brackets, each with a "
-          "weight, a shelf and a date of arrival. ")
-
-
-def chat(n_turns):
-    msgs = [SYSTEM]
-    for i in range(n_turns):
-        msgs.append({"role": "user", "content": "Part %d of the log: %s" % (i, FILLER * 2)})
-        msgs.append({"role": "assistant", "content": "Noted part %d." % i})
-    return msgs
 
 
 T0 = time.monotonic()
