@@ -57,9 +57,17 @@ def is_unpinned_press(row):
 
 
 class Report:
-    def __init__(self, out, mode):
+    def __init__(self, out, mode, complete_only=False):
         runs, self.refs = load(out)
         self.runs = [r for r in runs if r["mode"] == mode]
+        self.partial = []
+        if complete_only:   # a run stopped mid-trace: only traces every row finished
+            cells = {}
+            for r in self.runs:
+                cells.setdefault(r["trace"], set()).add((r["row"], r["budget"]))
+            full = max((len(c) for c in cells.values()), default=0)
+            self.partial = sorted(t for t, c in cells.items() if len(c) < full)
+            self.runs = [r for r in self.runs if r["trace"] not in self.partial]
         self.mode = mode
         self.pr = probe_rows(self.runs)
         self.rows = sorted({r["row"] for r in self.runs}, key=lambda x: (is_md(x), x))
@@ -250,7 +258,11 @@ def main():
     ap.add_argument("out", help="run.py's output directory")
     ap.add_argument("--mode", default="online", choices=("online", "oneshot"))
     ap.add_argument("--md-row", help="MemDecay's row for the headline, chosen on other traces")
+    ap.add_argument("--md-row-note", default="chosen beforehand on the tuning traces",
+                    help="how --md-row was chosen, for the headline")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--complete-only", action="store_true",
+                    help="leave out traces that not every row finished (a run stopped early)")
     ap.add_argument("--best-md", action="store_true",
                     help="print the MemDecay row with the highest unpinned retention on OUT "
                     "(the tuning traces) and exit")
@@ -263,11 +275,14 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.out, "runs.jsonl")):
         ap.error("%s has no runs.jsonl (run bench/kvpress/run.py first)" % a.out)
-    R = Report(a.out, a.mode)
+    R = Report(a.out, a.mode, a.complete_only)
+    if R.partial:
+        print("fair_report: left out, not finished by every row: %s" % ", ".join(R.partial),
+              file=sys.stderr)
     if a.best_md:
         print(R.strongest(is_md))
         return 0
-    md, note = a.md_row, "chosen beforehand on the tuning traces"
+    md, note = a.md_row, a.md_row_note
     if md and md not in R.rows:
         ap.error("--md-row %s has no runs in %s (rows: %s)" % (md, a.out, ", ".join(R.rows)))
     if not md:

@@ -25,7 +25,7 @@ MODEL=$1
 OUT=${MEMDECAY_KV_OUT:-$ROOT/bench/kvpress/results-fair/$(basename "$MODEL")}
 TUNE_TRACES=${MEMDECAY_KV_TUNE_TRACES:-8}
 TRACES=${MEMDECAY_KV_TRACES:-12}
-MIN_PASS=${MEMDECAY_KV_MIN_PASS:-5}
+MIN_PASS=${MEMDECAY_KV_MIN_PASS:-5}   # Gemma 3 270M (pretrained): 3
 MODES=${MEMDECAY_KV_MODES:-online}
 TUNE_ROWS=memdecay-turn,memdecay-turn+w25,memdecay-turn+w50,memdecay-turn+dens,memdecay-turn+s1,memdecay,md-recency,kv:streaming_llm+pin+page,kv:snapkv+pin+page
 mkdir -p "$OUT/tune" "$OUT/report"
@@ -49,12 +49,14 @@ shards() { # OUT ARGS...: run.py on two processes over the same traces
 
 if [ -n "${MEMDECAY_KV_ROW:-}" ]; then
 	ROW=$MEMDECAY_KV_ROW
+	NOTE="given (MEMDECAY_KV_ROW): chosen on another model's tuning traces"
 	echo "run_fair: headline row $ROW given (MEMDECAY_KV_ROW): no tuning" >&2
 else
 	echo "run_fair: tuning on seed 13 ($TUNE_TRACES traces) into $OUT/tune" >&2
 	shards "$OUT/tune" --seed 13 --traces "$TUNE_TRACES" --budgets 0.25,0.5,0.75 --modes online --rows "$TUNE_ROWS"
 	$RUN "$ROOT/bench/kvpress/fair_report.py" "$OUT/tune" --best-md >"$OUT/tune/chosen_row"
 	ROW=$(cat "$OUT/tune/chosen_row")
+	NOTE="chosen beforehand on the tuning traces"
 	echo "run_fair: chosen on the tuning traces: $ROW" >&2
 fi
 [ "${MEMDECAY_KV_STAGE:-all}" != tune ] || exit 0
@@ -65,7 +67,7 @@ for mode in $(echo "$MODES" | tr , ' '); do
 	shards "$OUT/report" --seed 14 --traces "$TRACES" --budgets 0.25,0.5,0.75 --modes "$mode" --rows "$ROWS"
 done
 for mode in $(echo "$MODES" | tr , ' '); do
-	$RUN "$ROOT/bench/kvpress/fair_report.py" "$OUT/report" --mode "$mode" --md-row "$ROW" \
+	$RUN "$ROOT/bench/kvpress/fair_report.py" "$OUT/report" --mode "$mode" --md-row "$ROW" --md-row-note "$NOTE" \
 		--json "$OUT/report/summary-$mode.json" >"$OUT/report/report-$mode.md"
 	echo "run_fair: $OUT/report/report-$mode.md" >&2
 done
