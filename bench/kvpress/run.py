@@ -181,14 +181,18 @@ class Model:
         window mask is per layer)."""
         f = Feeder(self.model)
         if self.window:
-            # a probe teacher-forces its answer or decodes up to MAX_NEW tokens
-            longest = tr.n + (max(len(q) + max(len(a), MAX_NEW) for q, a in zip(tr.q, tr.a))
-                              if probes else 0)
+            longest = self.positions(tr, probes)
             if longest > self.window:
                 raise ValueError("%s: %d positions do not fit %s's sliding window of %d"
                                  % (tr.name, longest, self.name, self.window))
             f.window = None
         return f
+
+    def positions(self, tr, probes=True):
+        """The most positions a run of tr uses: the trace, then a probe that teacher-forces
+        its answer or decodes up to MAX_NEW tokens."""
+        return tr.n + (max(len(q) + max(len(a), MAX_NEW) for q, a in zip(tr.q, tr.a))
+                       if probes else 0)
 
 
 def log_softmax(logits):
@@ -705,6 +709,12 @@ def main():
                 if not pending:
                     continue
                 started = any(k[0] == tr.name for k in done)
+                if m.window and m.positions(tr) > m.window:
+                    log("trace %d/%d %s: left out, %d positions do not fit %s's sliding window "
+                        "of %d" % (ti + 1, len(traces), tr.name, m.positions(tr), m.name,
+                                   m.window))
+                    todo_total -= len(pending)
+                    continue
                 if tr.name in screened and not started:
                     log("trace %d/%d %s: screened out earlier (fewer than %d probes pass at full "
                         "cache)" % (ti + 1, len(traces), tr.name, a.min_pass))
