@@ -2,6 +2,7 @@
 """explain.py — which evictions lost the probes that MemDecay's best row loses to a kvpress press.
 
     explain.py OUT [--row ROW]     # writes OUT/losses.json; report.py --docs puts it in results.md
+    explain.py OUT --row ROW --against PRESS_ROW   # the fair run: lost to that one row
 
 A probe is *lost* by MemDecay's best row (report.py's choice, per mode, unless --row) when, at
 the same budget and in the same mode, that row fails it and at least one kvpress press passes it.
@@ -28,7 +29,7 @@ import run as kv  # noqa: E402  (bench/kvpress/run.py: the runner's own model an
 import report  # noqa: E402  (bench/kvpress/report.py: the runs as the report reads them)
 import torch  # noqa: E402
 from memdecay import Region  # noqa: E402
-from memdecay_transformers import Feeder, MemDecayOnline, MemDecayPress  # noqa: E402
+from memdecay_transformers import MemDecayOnline, MemDecayPress  # noqa: E402
 from memdecay_transformers.daemon import Daemon  # noqa: E402
 
 REGION_NAMES = {int(r): r.name.lower() for r in Region}
@@ -54,7 +55,7 @@ def replay(m, tr, row, mode, frac, d, ctl):
     """The row's kept positions after the trace, as run.py's run_one leaves them."""
     policy, _ = kv.MD_ROWS[row]
     B = kv.budget_tokens(tr.n, frac)
-    f = Feeder(m.model)
+    f = m.feeder(tr)
     with torch.no_grad():
         if mode == "oneshot":
             press = MemDecayPress(compression_ratio=1.0 - (B + 0.5) / tr.n, policy=policy,
@@ -73,7 +74,7 @@ def replay(m, tr, row, mode, frac, d, ctl):
     return set(kept)
 
 
-def lost_probes(runs, summary, row_of_mode):
+def lost_probes(runs, summary, row_of_mode, against=None):
     by = {}
     for r in runs:
         by[(r["trace"], r["row"], r["mode"], r["budget"])] = {p["question"]: p for p in r["probes"]}
@@ -85,7 +86,8 @@ def lost_probes(runs, summary, row_of_mode):
             if p["passed"]:
                 continue
             won = sorted(k[1] for k, ps in by.items()
-                         if k[0] == trace and k[2] == mode and k[3] == b and k[1].startswith("kv:")
+                         if k[0] == trace and k[2] == mode and k[3] == b
+                         and (k[1] == against if against else k[1].startswith("kv:"))
                          and ps.get(q, {}).get("passed"))
             if won:
                 out.setdefault((trace, mode, b), []).append(dict(p, presses=won))
@@ -98,15 +100,17 @@ def main():
     ap.add_argument("out", help="run.py's output directory (after report.py wrote summary.json)")
     ap.add_argument("--row", help="the MemDecay row to explain in both modes (default: report.py's "
                     "best row of each mode)")
+    ap.add_argument("--against", help="with --row: a probe is lost when ROW fails it and this "
+                    "row passes it (default: any kvpress row)")
     ap.add_argument("--model", default=os.environ.get("MEMDECAY_HF_MODEL"))
     ap.add_argument("--bin", default=os.environ.get("MEMDECAY_BIN"))
     a = ap.parse_args()
     if not a.model or not a.bin:
         ap.error("set MEMDECAY_HF_MODEL and MEMDECAY_BIN (tests/transformers/run.sh does)")
     sp = os.path.join(a.out, "summary.json")
-    if not os.path.exists(sp):
+    if not a.row and not os.path.exists(sp):
         ap.error("%s missing: run report.py %s first" % (sp, a.out))
-    summary = json.load(open(sp))
+    summary = json.load(open(sp)) if os.path.exists(sp) else {}
     best = {}
     for c in summary.get("paired", []):
         if c["mode"] == c["vs_mode"]:
@@ -116,12 +120,14 @@ def main():
     if a.row and a.row not in kv.MD_ROWS:
         ap.error("unknown MemDecay row %r (rows: %s)" % (a.row, ", ".join(kv.MD_ROWS)))
     for mo, row in best.items():
-        if kv.MD_ROWS[row][1] != "default":
-            ap.error("%s runs on a calibrated daemon; explain.py replays default-daemon rows only"
-                     % row)
+        if kv.MD_ROWS[row][1] == "calibrated":
+            ap.error("%s runs on a calibrated daemon; explain.py does not calibrate" % row)
+    daemon = {kv.MD_ROWS[row][1] for row in best.values()}
+    if len(daemon) > 1:
+        ap.error("the rows %s need different daemons; explain one at a time with --row" % best)
     runs, _ = report.load(a.out)
     kept_of = {(r["trace"], r["row"], r["mode"], r["budget"]): r["kept_tokens"] for r in runs}
-    lost = lost_probes(runs, summary, best)
+    lost = lost_probes(runs, summary, best, a.against)
     torch.set_num_threads(int(os.environ.get("MEMDECAY_TORCH_THREADS", "2")))
     m = kv.Model(a.model)
     ctl = os.path.join(a.bin, "memdecayctl")
@@ -131,6 +137,8 @@ def main():
                for f in t["facts"]}
     cases = []
     with Daemon(a.bin) as d:
+        for key, value in kv.DAEMON_SETTINGS[daemon.pop()]:   # the row's own daemon settings
+            d.ctl("set", "%s=%s" % (key, value))
         for i, ((trace, mode, b), probes) in enumerate(sorted(lost.items())):
             tr = traces.get(trace) or traces.setdefault(
                 trace, kv.Trace(m, os.path.join(a.out, "traces", trace)))
@@ -154,7 +162,7 @@ def main():
                               "kept_evicted_by_region": per_region})
             kv.log("explain %d/%d %s %s %.2f: %d lost probe(s)"
                    % (i + 1, len(lost), trace, mode, b, len(probes)))
-    res = {"best_row": best, "cases": cases,
+    res = {"best_row": best, "against": a.against or "any kvpress row", "cases": cases,
            "replays_matching_run": sum(1 for c in cases if c["replay_matches_run"]),
            "answer_evicted": sum(1 for c in cases if c["answer_kept"] == 0),
            "answer_partly_kept": sum(1 for c in cases if c["answer_kept"] and c["answer_kept"] < 1),
