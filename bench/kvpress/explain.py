@@ -30,7 +30,6 @@ import report  # noqa: E402  (bench/kvpress/report.py: the runs as the report re
 import torch  # noqa: E402
 from memdecay import Region  # noqa: E402
 from memdecay_transformers import MemDecayOnline, MemDecayPress  # noqa: E402
-from memdecay_transformers.daemon import Daemon  # noqa: E402
 
 REGION_NAMES = {int(r): r.name.lower() for r in Region}
 
@@ -136,9 +135,7 @@ def main():
     answers = {(name, f["question"]): f for name, t in manifest["traces"].items()
                for f in t["facts"]}
     cases = []
-    with Daemon(a.bin) as d:
-        for key, value in kv.DAEMON_SETTINGS[daemon.pop()]:   # the row's own daemon settings
-            d.ctl("set", "%s=%s" % (key, value))
+    with kv.start_daemon(a.bin, daemon.pop()) as d:    # the row's own daemon settings
         for i, ((trace, mode, b), probes) in enumerate(sorted(lost.items())):
             tr = traces.get(trace) or traces.setdefault(
                 trace, kv.Trace(m, os.path.join(a.out, "traces", trace)))

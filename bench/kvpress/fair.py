@@ -9,8 +9,9 @@ protections MemDecay has, given to every press:
     layer and head), and whole pages evicted lowest first until the budget holds, so that every
     layer and head keeps the same set, as memdecayd's pages do.
 
-Nothing here changes kvpress: `ordered()` and `Pinned` replace methods on one press object, and
-`PagedRunner` is a BasePress of its own that only reads the wrapped press's scores."""
+Nothing here changes kvpress: `ordered()` replaces one press object's compress (run.py's KeptMap
+raises the protected entries' scores with `pin_scores`), and `PagedRunner` registers a BasePress
+of its own (`PoolScores`) that only reads the wrapped press's scores."""
 import torch
 
 from kvpress import BasePress, RandomPress

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from report import boot, load, probe_rows, sign_test
+from report import boot, load, probe_rows, replace_section, sign_test, write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -238,17 +238,13 @@ def write_docs(lines, header, model):
     text = open(res).read()
     begin, end = BEGIN % model, END % model
     sec = [begin, ""] + header + lines + ["", end]
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + "\n".join(sec) + rest.split(end, 1)[1]
-    elif OLD_BEGIN in text:
+    new = replace_section(text, begin, end, sec)
+    if new is None and OLD_BEGIN in text:
         head, rest = text.split(OLD_BEGIN, 1)
-        text = head + "\n".join(sec) + "\n\n" + OLD_BEGIN + rest
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(sec) + "\n"
-    with open(res + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(res + ".tmp", res)
+        new = head + "\n".join(sec) + "\n\n" + OLD_BEGIN + rest
+    elif new is None:
+        new = text.rstrip("\n") + "\n\n" + "\n".join(sec) + "\n"
+    write_atomic(res, new)
     return res
 
 

@@ -467,17 +467,28 @@ def write_docs(S, comps, out):
     L += llama_section(out)
     L += [END]
     text = open(res).read() if os.path.exists(res) else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + "\n".join(L) + rest.split(END, 1)[1]
-    else:
+    new = replace_section(text, BEGIN, END, L)
+    if new is None:
         if KEPT not in text:
             text = text.rstrip("\n") + "\n\n" + KEPT + "\n"
-        text = text.rstrip("\n") + "\n\n" + "\n".join(L) + "\n"
-    with open(res + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(res + ".tmp", res)
+        new = text.rstrip("\n") + "\n\n" + "\n".join(L) + "\n"
+    write_atomic(res, new)
     return res
+
+
+def replace_section(text, begin, end, lines):
+    """text with the section from marker `begin` to marker `end` replaced by lines (which
+    carry the markers themselves), or None when text has no such section."""
+    if begin not in text or end not in text:
+        return None
+    head, rest = text.split(begin, 1)
+    return head + "\n".join(lines) + rest.split(end, 1)[1]
+
+
+def write_atomic(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def main():

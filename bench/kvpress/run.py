@@ -580,6 +580,14 @@ def check_batch(m, tr):
     return 0 if same and worst < 1e-3 else 1
 
 
+def start_daemon(bindir, which):
+    """A private memdecayd with DAEMON_SETTINGS[which] applied."""
+    d = Daemon(bindir)
+    for key, value in DAEMON_SETTINGS[which]:
+        d.ctl("set", "%s=%s" % (key, value))
+    return d
+
+
 def done_keys(path):
     """Finished runs; a line cut off by a stop is skipped, so that run is redone."""
     return {(o["trace"], o["row"], o["mode"], o["budget"]) for o in jsonl.records(path)}
@@ -683,9 +691,7 @@ def main():
     daemons = {}
     try:
         for which in sorted({MD_ROWS[r][1] for r in rows if r in MD_ROWS} - {"calibrated"}):
-            daemons[which] = Daemon(a.bin)
-            for key, value in DAEMON_SETTINGS[which]:
-                daemons[which].ctl("set", "%s=%s" % (key, value))
+            daemons[which] = start_daemon(a.bin, which)
         if any(MD_ROWS.get(r, (None, None))[1] == "calibrated" for r in rows):
             daemons["calibrated"] = Daemon(a.bin)
             cal_path = os.path.join(out, "calibration.json" if shard == 0 else
