@@ -30,7 +30,10 @@ extern "C" {
 /* "MEMDCAY1" read as a little-endian u64. */
 #define MD_ABI_MAGIC 0x31594143444d454dULL
 #define MD_ABI_MAJOR 1u
-#define MD_ABI_MINOR 1u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport */
+#define MD_ABI_MINOR 2u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport
+                             1.2: per-sequence options (off.engine.seq_opts,
+                                  MD_REC_SEQ_OPTS), the per-sequence protected
+                                  page count (off.daemon.seq_protect) */
 
 #define MD_PAGE_TOKENS_MAX 16u      /* a page's labels fit in one u64 (4 bits each) */
 #define MD_PAGE_TOKENS_DEFAULT 16u
@@ -49,6 +52,16 @@ enum md_region {
 	MD_REGION_SCRATCHPAD = 7,
 	MD_REGION_BUILTIN_COUNT = 8,
 };
+
+/* The one list of built-in region names, in id order: C reads it through
+ * md_region_builtin_name, Python through libmemdecay's md_region_name. */
+#define MD_REGION_BUILTIN_NAMES \
+	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"
+static inline const char *md_region_builtin_name(unsigned r)
+{
+	static const char *const names[MD_REGION_BUILTIN_COUNT] = {MD_REGION_BUILTIN_NAMES};
+	return r < MD_REGION_BUILTIN_COUNT ? names[r] : NULL;
+}
 
 /* Token k of a page has region (labels >> (4*k)) & 0xf. */
 static inline unsigned md_label_get(uint64_t labels, unsigned k)
@@ -77,6 +90,15 @@ enum md_policy_id {
 	MD_POLICY_COUNT,
 };
 
+/* The policy names, in id order (the host's policy table uses them). */
+#define MD_POLICY_NAMES \
+	"memdecay", "memdecay-norm", "h2o", "recency", "random", "memdecay-turn"
+static inline const char *md_policy_builtin_name(unsigned p)
+{
+	static const char *const names[] = {MD_POLICY_NAMES};
+	return p < sizeof(names) / sizeof(names[0]) ? names[p] : NULL;
+}
+
 enum md_norm_mode {
 	MD_NORM_RAW = 0,       /* m_i as observed */
 	MD_NORM_RELATIVE = 1,  /* m_i * n_live: relative to uniform attention */
@@ -96,14 +118,16 @@ struct md_engine_offsets {
 	uint64_t seq_clock;   /* uint64_t[max_seqs] */
 	uint64_t stats_ring;  /* struct md_stats_rec[stats_capacity] */
 	uint64_t cuda_ring_export; /* 1.1: struct mdk_cuda_ring_export (engine-written), 0 = none */
-	uint64_t resv[3];
+	uint64_t seq_opts;    /* 1.2: struct md_seq_opts[max_seqs], 0 = none (a 1.0/1.1 engine) */
+	uint64_t resv[2];
 };
 
 struct md_daemon_offsets {
 	uint64_t ctrl;        /* struct md_daemon_ctrl */
 	uint64_t params;      /* struct md_param_block */
 	uint64_t cmd_ring;    /* struct md_cmd[cmd_capacity] */
-	uint64_t resv[5];
+	uint64_t seq_protect; /* 1.2: uint32_t[max_seqs], 0 = none (a 1.0/1.1 daemon) */
+	uint64_t resv[4];
 };
 
 struct md_segment_header {
@@ -167,6 +191,21 @@ struct md_page_entry {
 	uint64_t resv1;
 };
 
+/* 1.2: one sequence's own options, engine-written.  The engine writes the
+ * entry (version odd while writing, even after, as page entries), then
+ * publishes MD_REC_SEQ_OPTS with the same values; the daemon takes the record
+ * and reads the entry only on a resync.  MD_SEQ_ENGINE in a field means "the
+ * engine's setting" (its HELLO options, else the daemon's parameters).
+ * SEQ_END resets the sequence to all-engine. */
+#define MD_SEQ_ENGINE_U32 UINT32_MAX
+#define MD_SEQ_ENGINE_U64 UINT64_MAX
+struct md_seq_opts {
+	uint32_t version;
+	uint32_t policy;                 /* enum md_policy_id, or MD_SEQ_ENGINE_U32 */
+	uint64_t budget_sequence_tokens; /* 0: none; MD_SEQ_ENGINE_U64: the engine's */
+	uint64_t resv[2];
+};
+
 /* ---- stats records (engine -> daemon) ---- */
 enum md_rec_type {
 	MD_REC_NONE = 0,
@@ -178,7 +217,8 @@ enum md_rec_type {
 	MD_REC_ATTN_PAGE = 6,    /* slot, gen, page mass, refresh bitmap */
 	MD_REC_ATTN_TOKENS = 7,  /* slot, gen, token0, count<=8, mass[] */
 	MD_REC_RELABEL = 8,      /* seq, pos0, pos1, region */
-	MD_REC_TYPE_COUNT = 9,
+	MD_REC_SEQ_OPTS = 9,     /* 1.2: seq, policy, budget_sequence_tokens */
+	MD_REC_TYPE_COUNT = 10,
 };
 
 enum md_free_reason {
@@ -231,6 +271,12 @@ struct md_stats_rec {
 			uint32_t resv;
 			uint64_t resv1;
 		} relabel;
+		struct {
+			uint32_t policy;                 /* as struct md_seq_opts */
+			uint32_t resv;
+			uint64_t budget_sequence_tokens;
+			uint64_t resv1[2];
+		} seq_opts;
 		uint64_t raw[4];
 	} u;
 };
@@ -294,6 +340,9 @@ struct md_cmd {
 /* ---- layout checks: any change here is an ABI change ---- */
 _Static_assert(sizeof(struct md_engine_offsets) == 64, "engine offsets");
 _Static_assert(offsetof(struct md_engine_offsets, cuda_ring_export) == 32, "cuda export offset");
+_Static_assert(offsetof(struct md_engine_offsets, seq_opts) == 40, "seq opts offset");
+_Static_assert(offsetof(struct md_daemon_offsets, seq_protect) == 24, "seq protect offset");
+_Static_assert(sizeof(struct md_seq_opts) == 32, "seq opts");
 _Static_assert(sizeof(struct md_daemon_offsets) == 64, "daemon offsets");
 _Static_assert(sizeof(struct md_segment_header) == 160, "segment header");
 _Static_assert(offsetof(struct md_segment_header, off) == 64, "offsets table");
@@ -320,10 +369,12 @@ static inline uint64_t md__align_up(uint64_t v, uint64_t a)
  * stats_transport=cuda engine writes, magic last, into its engine segment. */
 #define MD_CUDA_RING_EXPORT_SIZE 192u
 #define MD_ENGINE_LAYOUT_CUDA_EXPORT 1u
+#define MD_ENGINE_LAYOUT_SEQ_OPTS 2u     /* 1.2 */
 
 /* Layout of an engine segment for the given geometry; returns its size.
  * flags MD_ENGINE_LAYOUT_CUDA_EXPORT: room for the CUDA ring export record
- * after the stats ring (a page of its own, cache-line aligned). */
+ * after the stats ring (a page of its own, cache-line aligned);
+ * MD_ENGINE_LAYOUT_SEQ_OPTS (1.2): the per-sequence options after that. */
 static inline uint64_t md_engine_layout_ex(uint32_t page_capacity, uint32_t max_seqs,
 					   uint32_t stats_capacity, uint32_t flags,
 					   struct md_engine_offsets *off)
@@ -342,7 +393,12 @@ static inline uint64_t md_engine_layout_ex(uint32_t page_capacity, uint32_t max_
 		off->cuda_ring_export = o;
 		o = md__align_up(o + MD_CUDA_RING_EXPORT_SIZE, 4096);
 	}
-	for (int i = 0; i < 3; i++)
+	off->seq_opts = 0;
+	if (flags & MD_ENGINE_LAYOUT_SEQ_OPTS) {
+		off->seq_opts = o;
+		o = md__align_up(o + (uint64_t)max_seqs * sizeof(struct md_seq_opts), 4096);
+	}
+	for (int i = 0; i < 2; i++)
 		off->resv[i] = 0;
 	return o;
 }
@@ -353,6 +409,27 @@ static inline uint64_t md_engine_layout(uint32_t page_capacity, uint32_t max_seq
 	return md_engine_layout_ex(page_capacity, max_seqs, stats_capacity, 0, off);
 }
 
+/* The daemon segment: ctrl, parameters, command ring, then (1.2) the newest
+ * pages of each sequence the daemon never evicts, tail page and policy window
+ * included (seq_protect[seq], written by the daemon; docs/adapters.md). */
+static inline uint64_t md_daemon_layout_ex(uint32_t cmd_capacity, uint32_t max_seqs,
+					   struct md_daemon_offsets *off)
+{
+	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
+	off->ctrl = o;
+	o = md__align_up(o + sizeof(struct md_daemon_ctrl), MD_CACHELINE);
+	off->params = o;
+	o = md__align_up(o + sizeof(struct md_param_block), MD_CACHELINE);
+	off->cmd_ring = o;
+	o = md__align_up(o + (uint64_t)cmd_capacity * sizeof(struct md_cmd), MD_CACHELINE);
+	off->seq_protect = o;
+	o = md__align_up(o + (uint64_t)max_seqs * sizeof(uint32_t), 4096);
+	for (int i = 0; i < 4; i++)
+		off->resv[i] = 0;
+	return o;
+}
+
+/* The 1.0/1.1 daemon segment (no seq_protect). */
 static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_offsets *off)
 {
 	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
@@ -362,7 +439,8 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
 	o = md__align_up(o + sizeof(struct md_param_block), MD_CACHELINE);
 	off->cmd_ring = o;
 	o = md__align_up(o + (uint64_t)cmd_capacity * sizeof(struct md_cmd), 4096);
-	for (int i = 0; i < 5; i++)
+	off->seq_protect = 0;
+	for (int i = 0; i < 4; i++)
 		off->resv[i] = 0;
 	return o;
 }

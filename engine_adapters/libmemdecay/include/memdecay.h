@@ -193,6 +193,91 @@ int md_publish_batch(md_client *c, const uint32_t *step_seqs, const uint32_t *st
 		     uint32_t n_steps, const uint32_t *slots, const float *mass,
 		     const uint16_t *refresh, uint32_t n_pages, struct md_batch_result *res);
 
+/* ---- the engine contract (ABI 1.2, libmemdecay 0.3; docs/adapters.md) ----
+ * What every adapter needs beside publishing, kept once here: a sequence's
+ * own options, its pages in position order, the tokens the daemon will never
+ * evict, the wait for the daemon's decision when a sequence is over budget,
+ * and reattach after a daemon restart. */
+
+/* A sequence's own options (struct md_seq_opts in the ABI).  A field left at
+ * its init value means "the engine's setting".  Set before or after the
+ * sequence's first page; the daemon sees the change at once (a lifecycle
+ * record, never dropped) and again on every resync and reattach.  md_seq_end
+ * resets them.  A 1.0/1.1 daemon cannot honour them: -ENOTSUP (the mirror
+ * keeps them, and the library's floor and wait use them).
+ * -EINVAL: seq >= max_seqs, an unknown policy id, size too small. */
+struct md_seq_options {
+	uint32_t size;                  /* sizeof(struct md_seq_options) */
+	uint32_t policy;                /* enum md_policy_id; MD_SEQ_ENGINE_U32: the engine's */
+	int64_t budget_sequence_tokens; /* -1: the engine's; 0: none; else tokens */
+};
+void md_seq_options_init(struct md_seq_options *o);
+int md_seq_set_options(md_client *c, uint32_t seq, const struct md_seq_options *o);
+int md_seq_get_options(const md_client *c, uint32_t seq, struct md_seq_options *out);
+/* The sequence's budget in effect: its own, else the parameter block's
+ * (0: none). */
+uint64_t md_seq_budget_tokens(md_client *c, uint32_t seq);
+
+/* Live pages and tokens of a sequence in the mirror, slots in the daemon's
+ * page order (first position ascending).  md_seq_pages returns the count and
+ * fills at most cap slots. */
+uint32_t md_seq_live_tokens(const md_client *c, uint32_t seq);
+int md_seq_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_t cap);
+
+/* Tokens of seq the daemon never evicts: its pages with a token of a pinned
+ * region, and its newest protected pages: the count the daemon publishes for
+ * the sequence (1.2: tail page, protect_recent and a policy's window such as
+ * h2o's), else 1 + protect_recent. */
+uint64_t md_seq_floor(md_client *c, uint32_t seq);
+
+/* The engine frees one commanded page: it drops the page from its own cache
+ * and reports it with md_page_free(c, ev->slot, MD_FREE_EVICTED).  Return 1
+ * when the page left the cache, 0 when the engine kept it (counted as
+ * deferred), < 0 to stop. */
+typedef int (*md_apply_fn)(void *ctx, const struct md_evict *ev);
+/* Polls every pending command and hands each current one to apply; returns
+ * the pages applied (apply returned 1) or a negative error from apply. */
+int md_apply_commands(md_client *c, md_apply_fn apply, void *ctx);
+
+/* Over-budget wait.  Before a step that appends n_next[i] tokens to seqs[i],
+ * each sequence must hold at most max(budget, floor) + slack_tokens (slack:
+ * what the engine cannot free at once, e.g. the page or block being
+ * written).  While one does not, the library applies commands through apply
+ * and waits for the daemon's decision, for at most timeout_ms.  It returns
+ * when every sequence is within its limit (MD_SETTLE_OK), when the daemon
+ * decided and evicted what it could and nothing more came
+ * (MD_SETTLE_UNREACHABLE), on timeout (MD_SETTLE_TIMEOUT: later calls for the
+ * same sequence return MD_SETTLE_SUPPRESSED without waiting until the daemon
+ * evicts from it again), or detached (MD_SETTLE_DETACHED: fail-open).
+ * Never waits when no sequence has a budget. */
+enum md_settle_outcome {
+	MD_SETTLE_OK = 0,
+	MD_SETTLE_UNREACHABLE = 1,
+	MD_SETTLE_TIMEOUT = 2,
+	MD_SETTLE_SUPPRESSED = 3,
+	MD_SETTLE_DETACHED = 4,
+};
+struct md_settle_result {
+	uint32_t outcome;   /* enum md_settle_outcome */
+	uint32_t applied;   /* pages apply freed */
+	uint32_t waited;    /* 1 if it waited at all */
+	uint32_t resv;
+	uint64_t wait_ns;
+};
+int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_next, uint32_t n_seqs,
+	      uint32_t slack_tokens, int timeout_ms, md_apply_fn apply, void *ctx,
+	      struct md_settle_result *res);
+
+/* Call at every step boundary: checks the daemon (md_client_check), and when
+ * detached tries to reattach, at most every retry_ms (0: 1000), republishing
+ * every live page and every sequence's options.  Returns 1 attached, 0 not. */
+int md_client_maintain(md_client *c, uint32_t heartbeat_timeout_ms, uint32_t retry_ms);
+
+/* Names of the built-in regions and policies (the ABI's one list). */
+const char *md_region_name(uint32_t region);   /* NULL beyond the built-ins */
+const char *md_policy_name(uint32_t policy);   /* NULL beyond the ABI's */
+int md_policy_from_name(const char *name);     /* id, or -EINVAL */
+
 /* ---- GPU publisher (ABI 1.1, stats_transport=cuda; docs/abi.md §7) ----
  * For an engine whose attention lives in GPU memory.  md_gpu_create moves the
  * client to the CUDA stats ring: it allocates the device ring, re-attaches
