@@ -170,7 +170,9 @@ MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_n
 	res->waited = 1;
 	uint64_t t0 = md_now_ns();
 	uint64_t deadline = t0 + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
-	uint32_t decided = res->applied;   /* pages freed since the last look */
+	/* Pages freed at entry are a decision too: the daemon's answer to the
+	 * pages published before this call. */
+	uint32_t decided = 0;
 	uint32_t outcome = MD_SETTLE_OK;
 	while (over) {
 		if (res->applied != decided) {
