@@ -19,7 +19,6 @@
 #include "memdecay_clock.h"
 
 #define MD__EXPORT __attribute__((visibility("default")))
-#define MD__APPLY_BATCH 32
 #define MD__QUIET_MS 5          /* "nothing more came" after a decision */
 #define MD__WAIT_SLICE_MS 10    /* liveness is checked between slices */
 #define MD__RETRY_DEFAULT_MS 1000u
@@ -50,27 +49,22 @@ static int apply_one(struct md_client *c, md_apply_fn apply, void *ctx,
 
 MD__EXPORT int md_apply_commands(md_client *c, md_apply_fn apply, void *ctx)
 {
-	struct md_evict ev[MD__APPLY_BATCH];
+	struct md_evict ev;
 	int applied = 0;
 	if (!c || !apply)
 		return -EINVAL;
-	for (;;) {
-		int n = md_poll_commands(c, ev, MD__APPLY_BATCH);
-		if (n <= 0)
-			return applied;   /* detached or a bad ring: nothing to apply */
-		for (int i = 0; i < n; i++) {
-			int rc = apply_one(c, apply, ctx, &ev[i]);
-			if (rc < 0) {
-				/* the rest of the batch may be commanded again */
-				for (int j = i + 1; j < n; j++)
-					c->pending[ev[j].slot] = 0;
-				return rc;
-			}
-			applied += rc;
+	/* One command per poll: when apply fails, the commands after it are
+	 * still in the ring for the next call.  Commands are rare (evictions),
+	 * so the extra polls cost nothing that matters. */
+	while (md_poll_commands(c, &ev, 1) == 1) {
+		int rc = apply_one(c, apply, ctx, &ev);
+		if (rc < 0) {
+			c->pending[ev.slot] = 0;   /* not applied: it may come again */
+			return rc;
 		}
-		if (n < MD__APPLY_BATCH)
-			return applied;
+		applied += rc;
 	}
+	return applied;   /* detached or a bad ring: nothing more to apply */
 }
 
 /* ---- the over-budget wait ---- */
