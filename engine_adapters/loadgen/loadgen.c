@@ -3,9 +3,11 @@
  * token per step into every sequence, labels tokens with regions (system
  * first, then a mix), publishes per-page attention from a chosen pattern,
  * applies the daemon's evictions, and checks the daemon's promises on its own
- * side: no pinned or protected page evicted, no stale command applied, no page
- * freed twice, occupancy never above budget + 1 page.  It survives daemon
- * death (fail-open, local recency fallback at the budget) and reattaches.
+ * side: no pinned or protected page evicted (protected as libmemdecay says:
+ * md_seq_protected_pages, the count the daemon publishes), no stale command
+ * applied, no page freed twice, occupancy never above budget + 1 page.  It
+ * survives daemon death (fail-open, local recency fallback at the budget) and
+ * reattaches (md_client_maintain).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,7 +25,7 @@
 #include "memdecay_clock.h"
 
 #define P 16u
-#define REATTACH_NS (200u * 1000000u)
+#define REATTACH_MS 200u
 
 enum pattern { PAT_UNIFORM, PAT_RECENT, PAT_HEAVY };
 static const char *const region_names[MD_REGIONS_MAX] = {
@@ -92,6 +94,7 @@ static struct seq *seqs;
 static uint32_t capacity;
 static uint64_t occupancy;
 static double *tok_mass;   /* scratch: per-token mass of one sequence */
+static uint32_t *rank_buf; /* scratch: one sequence's slots, md_seq_pages */
 static struct md_lathist cmd_lat;  /* now - decided_ns when a command is applied */
 
 static void usage(FILE *f)
@@ -280,6 +283,22 @@ static uint64_t budget_pages(const struct md_params_view *pv)
 	return o.budget_pages > 0 ? (uint64_t)o.budget_pages : 0;
 }
 
+/* Whether slot is among the newest pages of seq that the daemon protects, by
+ * its rank in the library's page order.  Pages only join a sequence at its
+ * newest end, so a page the daemon chose has not moved into that set since. */
+static int page_protected(uint32_t seq, uint32_t slot)
+{
+	uint32_t k = md_seq_protected_pages(cl, seq);
+	int n = md_seq_pages(cl, seq, rank_buf, capacity);
+	for (int i = n > 0 ? n : 0; i-- > 0;) {
+		if ((uint32_t)(n - 1 - i) >= k)
+			return 0;
+		if (rank_buf[i] == slot)
+			return 1;
+	}
+	return 0;
+}
+
 static void apply_commands(const struct md_params_view *pv)
 {
 	struct md_evict ev[64];
@@ -297,19 +316,9 @@ static void apply_commands(const struct md_params_view *pv)
 				st.stale_applied++;  /* library let a stale command through */
 				continue;
 			}
-			struct seq *s = &seqs[pg->seq];
 			if (page_pinned(pg, pv->pinned_mask))
 				st.pinned_evicted++;
-			/* Protected: the tail page and the protect_recent newest full pages. */
-			uint32_t full_newer = 0, idx = UINT32_MAX;
-			for (uint32_t k = 0; k < s->npages; k++)
-				if (s->slots[k] == ev[i].slot)
-					idx = k;
-			for (uint32_t k = idx + 1; k < s->npages; k++)
-				if (pages[s->slots[k]].n == P && s->slots[k] != s->tail)
-					full_newer++;
-			if (ev[i].slot == s->tail || (idx != UINT32_MAX && full_newer < pv->protect_recent &&
-						      pg->n == P))
+			if (page_protected(ev[i].seq, ev[i].slot))
 				st.protected_evicted++;
 			st.evictions++;
 			if (ev[i].decided_ns && applied_ns >= ev[i].decided_ns)
@@ -330,7 +339,7 @@ static int local_evict(const struct md_params_view *pv)
 	uint64_t best_pos = UINT64_MAX;
 	for (uint32_t q = 0; q < o.seqs; q++) {
 		struct seq *s = &seqs[q];
-		uint32_t protect = pv->protect_recent + 1;
+		uint32_t protect = md_seq_protected_pages(cl, q);
 		for (uint32_t k = 0; k + protect < s->npages; k++) {
 			struct page *pg = &pages[s->slots[k]];
 			if (page_pinned(pg, pv->pinned_mask))
@@ -525,7 +534,8 @@ int main(int argc, char **argv)
 	pages = calloc(capacity, sizeof(*pages));
 	seqs = calloc(o.seqs, sizeof(*seqs));
 	tok_mass = malloc((size_t)o.pages_per_seq * P * sizeof(double));
-	if (!pages || !seqs || !tok_mass)
+	rank_buf = malloc((size_t)capacity * sizeof(uint32_t));
+	if (!pages || !seqs || !tok_mass || !rank_buf)
 		return 1;
 	for (uint32_t q = 0; q < o.seqs; q++) {
 		seqs[q].slots = calloc(o.pages_per_seq + 1, sizeof(uint32_t));
@@ -558,21 +568,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "memdecay-loadgen: not attached (%s), running fail-open\n",
 			md_client_last_error(cl));
 
-	uint64_t t0 = md_now_ns(), last_reattach = t0;
+	uint64_t t0 = md_now_ns();
+	int was_attached = md_client_attached(cl);
 	uint64_t period = o.step_hz > 0 ? (uint64_t)(1e9 / o.step_hz) : 0;
 	uint64_t next_step = t0;
 	struct md_params_view pv;
 	int err = 0;
 	for (uint64_t step = 0; !g_stop && (o.steps == 0 || step < o.steps); step++) {
 		uint64_t step_t0 = md_now_ns();
-		if (!md_client_check(cl, o.hb_timeout_ms)) {
-			uint64_t t = md_now_ns();
-			if (t - last_reattach >= REATTACH_NS) {
-				last_reattach = t;
-				if (md_client_reattach(cl) == 0)
-					st.reattaches++;
-			}
-		}
+		int up = md_client_maintain(cl, o.hb_timeout_ms, REATTACH_MS);
+		if (up && !was_attached)
+			st.reattaches++;
+		was_attached = up;
 		(void)md_client_params(cl, &pv);
 		for (uint32_t q = 0; q < o.seqs && !err; q++) {
 			if (seqs[q].pos >= seqs[q].end_pos)
