@@ -19,28 +19,17 @@ the fail-open answers (`DETACHED`, `FULL`), which are returned.
     c.check()                           # every step: heartbeat, liveness
 """
 import ctypes
-import enum
 
 from ._lib import (DETACHED, EVICTED, REFUSED, FINISHED, FULL, MemDecayError, load_library,
                    strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry,
                    _ParamsView)
+from .names import Region, policy_from_name, policy_names, region_names
 
 __all__ = ["Client", "Batch", "Region", "labels", "MemDecayError", "DETACHED", "FULL",
-           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror", "control"]
+           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror", "control",
+           "region_names", "policy_names", "policy_from_name"]
 
 PAGE_TOKENS_MAX = 16
-
-
-class Region(enum.IntEnum):
-    """The built-in regions (docs/design.md §4), as the ABI numbers them."""
-    SYSTEM = 0
-    PLAN = 1
-    USER = 2
-    ASSISTANT = 3
-    TOOL_IN = 4
-    TOOL_OUT = 5
-    RETRIEVAL = 6
-    SCRATCHPAD = 7
 
 
 def labels(regions):

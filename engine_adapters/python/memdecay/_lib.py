@@ -65,6 +65,9 @@ LAYOUTS = {"md_client_config": _Config, "md_params_view": _ParamsView, "md_evict
 _I = ctypes.c_int
 _PROTOS = {
     "md_strerror": (ctypes.c_char_p, [_I]),
+    "md_region_name": (ctypes.c_char_p, [_u32]),
+    "md_policy_name": (ctypes.c_char_p, [_u32]),
+    "md_policy_from_name": (_I, [ctypes.c_char_p]),
     "md_control": (_I, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, _I]),
     "md_client_config_init": (None, [_p]),
     "md_client_create": (_I, [_p, _p]),
