@@ -28,10 +28,6 @@
 #define REATTACH_MS 200u
 
 enum pattern { PAT_UNIFORM, PAT_RECENT, PAT_HEAVY };
-static const char *const region_names[MD_REGIONS_MAX] = {
-	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad",
-	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-};
 
 struct opts {
 	const char *socket, *name, *policy, *dump;
@@ -634,7 +630,7 @@ int main(int argc, char **argv)
 		       st.stale_applied, st.double_freed, st.over_budget_max_pages, st.max_occupancy,
 		       budget);
 		for (uint32_t r = 0; r < MD_REGION_BUILTIN_COUNT; r++)
-			printf("%s\"%s\": %" PRIu64, r ? ", " : "", region_names[r], st.by_region[r]);
+			printf("%s\"%s\": %" PRIu64, r ? ", " : "", md_region_builtin_name(r), st.by_region[r]);
 		printf("}, \"reattaches\": %" PRIu64 ", \"attn_dropped\": %" PRIu64
 		       ", \"lifecycle_dropped\": %" PRIu64 ", \"resyncs\": %" PRIu64
 		       ", \"cmds_stale\": %" PRIu64 ", \"local_evictions\": %" PRIu64
@@ -656,7 +652,7 @@ int main(int argc, char **argv)
 		int any = 0;
 		for (uint32_t r = 0; r < MD_REGION_BUILTIN_COUNT; r++)
 			if (st.by_region[r]) {
-				printf("%s%s %" PRIu64, any ? ", " : "", region_names[r], st.by_region[r]);
+				printf("%s%s %" PRIu64, any ? ", " : "", md_region_builtin_name(r), st.by_region[r]);
 				any = 1;
 			}
 		printf(")\n  pinned_evicted %" PRIu64 " stale_applied %" PRIu64 " double_freed %" PRIu64
