@@ -295,36 +295,37 @@ static int page_protected(uint32_t seq, uint32_t slot)
 	return 0;
 }
 
+/* One evict command from the library (md_apply_fn), checked against the
+ * daemon's promises before the page goes. */
+static int apply_one(void *ctx, const struct md_evict *ev)
+{
+	const struct md_params_view *pv = ctx;
+	struct page *pg = &pages[ev->slot];
+	uint64_t applied_ns = md_now_ns();
+	st.cmds_seen++;
+	if (ev->slot >= capacity || !pg->live) {
+		st.double_freed++;   /* would free a page already gone */
+		return 0;
+	}
+	if (pg->gen != ev->gen || pg->seq != ev->seq) {
+		st.stale_applied++;  /* library let a stale command through */
+		return 0;
+	}
+	if (page_pinned(pg, pv->pinned_mask))
+		st.pinned_evicted++;
+	if (page_protected(ev->seq, ev->slot))
+		st.protected_evicted++;
+	st.evictions++;
+	if (ev->decided_ns && applied_ns >= ev->decided_ns)
+		md_lathist_record(&cmd_lat, applied_ns - ev->decided_ns);
+	st.by_region[dominant_region(pg)]++;
+	drop_page(ev->slot, MD_FREE_EVICTED);
+	return 1;
+}
+
 static void apply_commands(const struct md_params_view *pv)
 {
-	struct md_evict ev[64];
-	int n;
-	while ((n = md_poll_commands(cl, ev, 64)) > 0) {
-		uint64_t applied_ns = md_now_ns();
-		for (int i = 0; i < n; i++) {
-			struct page *pg = &pages[ev[i].slot];
-			st.cmds_seen++;
-			if (ev[i].slot >= capacity || !pg->live) {
-				st.double_freed++;   /* would free a page already gone */
-				continue;
-			}
-			if (pg->gen != ev[i].gen || pg->seq != ev[i].seq) {
-				st.stale_applied++;  /* library let a stale command through */
-				continue;
-			}
-			if (page_pinned(pg, pv->pinned_mask))
-				st.pinned_evicted++;
-			if (page_protected(ev[i].seq, ev[i].slot))
-				st.protected_evicted++;
-			st.evictions++;
-			if (ev[i].decided_ns && applied_ns >= ev[i].decided_ns)
-				md_lathist_record(&cmd_lat, applied_ns - ev[i].decided_ns);
-			st.by_region[dominant_region(pg)]++;
-			drop_page(ev[i].slot, MD_FREE_EVICTED);
-		}
-		if (n < 64)
-			break;
-	}
+	(void)md_apply_commands(cl, apply_one, (void *)pv);
 }
 
 /* Detached at the budget: evict the oldest page that is neither pinned nor
@@ -363,7 +364,9 @@ static void note_occupancy(uint64_t budget)
 }
 
 /* Before opening a page: at budget + 1, wait (bounded) for the daemon; a
- * daemon found dead meanwhile hands over to the local fallback. */
+ * daemon found dead meanwhile hands over to the local fallback.  This is the
+ * engine page budget, which md_settle (per-sequence budgets) does not cover:
+ * loadgen checks that the daemon keeps it within one page. */
 static void make_room(const struct md_params_view *pv)
 {
 	uint64_t budget = budget_pages(pv);
