@@ -18,7 +18,7 @@
 
 START_TEST(test_every_row_complete)
 {
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		const struct md__policy *pol = md__policy_table[i];
 		ck_assert_msg(pol != NULL, "policy %u has no table row", i);
 		ck_assert_ptr_nonnull(pol->name);
@@ -32,8 +32,8 @@ START_TEST(test_every_row_complete)
 		ck_assert_msg(pol->name[0] && !strpbrk(pol->name, "| \t\n="),
 			      "policy %u: name '%s' is not a key value", i, pol->name);
 	}
-	ck_assert_str_eq(md__policy_name(MD_POLICY_TEST_LIFO), "test-lifo");
-	ck_assert_str_eq(md__policy_name(MD_POLICY_COUNT), "unknown");
+	ck_assert_str_eq(md__policy_name(MD__POLICY_TEST_LIFO), "test-lifo");
+	ck_assert_str_eq(md__policy_name(MD__POLICY_N), "unknown");
 }
 END_TEST
 
@@ -42,7 +42,7 @@ static void table_names(char *buf, size_t len)
 {
 	size_t at = 0;
 	buf[0] = '\0';
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		int n = snprintf(buf + at, len - at, "%s%s", i ? "|" : "", md__policy_table[i]->name);
 		ck_assert(n > 0 && (size_t)n < len - at);
 		at += (size_t)n;
@@ -107,7 +107,7 @@ START_TEST(test_traits_match_scores)
 	md__params_defaults(&p);
 	unsigned seed = 7, flagged = 0;
 	uint64_t turns[4] = {0, 30, 60, 90};
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		const struct md__policy *pol = md__policy_table[i];
 		flagged += pol->memdecay_bound;
 		if (pol->memdecay_bound)
@@ -162,7 +162,7 @@ START_TEST(test_name_reaches_params)
 	md__params_defaults(&p);
 	char err[512], buf[64], names[512];
 	ck_assert_int_eq(md__params_set(&p, "policy", "test-lifo", err, sizeof err), 0);
-	ck_assert_uint_eq(p.policy, MD_POLICY_TEST_LIFO);
+	ck_assert_uint_eq(p.policy, MD__POLICY_TEST_LIFO);
 	ck_assert_int_gt(md__params_get(&p, "policy", buf, sizeof buf), 0);
 	ck_assert_str_eq(buf, "test-lifo");
 	/* the refusal lists every policy, the new one included */
@@ -191,7 +191,7 @@ START_TEST(test_host_evicts_newest_first)
 {
 	struct md__params p;
 	md__params_defaults(&p);
-	p.policy = MD_POLICY_TEST_LIFO;
+	p.policy = MD__POLICY_TEST_LIFO;
 	p.protect_recent = 1;
 	struct md__host *h = md__host_new(&p);
 	ck_assert_int_eq(md__host_engine_add(h, 1, 4, 16, 1, NULL), 0);
