@@ -1,7 +1,7 @@
 /*
  * check_policy_table.c — the policy table, run against a build that adds the
  * test-only policy test-lifo exactly as docs/policies.md "Adding a policy"
- * says (sidecar/host/policy_test_lifo.c, one table row, one enum value):
+ * says (sidecar/host/policy_test_lifo.c, one table row, a host-side id):
  * its name reaches the parameters and their messages, and the host scores and
  * evicts with it like any built-in policy.
  */
