@@ -524,10 +524,17 @@ int md__scope_next(struct md__scope *sc, uint32_t *out)
 		}
 		sc->turn ^= 1;
 		sc->pops++;
+		/* which view to pop: alternately, except under turn_decay, whose
+		 * views differ in scale by orders of magnitude (slow per-turn
+		 * decay, or fully decayed pages whose attention decides): the one
+		 * whose bound is larger, the one that moves the threshold */
+		int from_decay = sc->turn;
+		if (e->turn_decay)
+			from_decay = dmin > sc->key_heads[0].key;
 		uint32_t q, slot;
 		struct md__seq *s;
 		struct md__score_in in;
-		if (sc->turn && sc->decay_heads_built && sc->n_decay_heads) {
+		if (from_decay && sc->decay_heads_built && sc->n_decay_heads) {
 			q = sc->decay_heads[0].seq;
 			s = &e->seqs[q];
 			slot = s->decayheap[sc->decay_heads[0].cls][0].slot;
