@@ -82,11 +82,6 @@ enum md_policy_id {
 	MD_POLICY_RECENCY = 3,
 	MD_POLICY_RANDOM = 4,
 	MD_POLICY_MEMDECAY_TURN = 5,
-#ifdef MEMDECAY_TEST_POLICY
-	/* test builds only (tests/host/): proves a policy is added by its file,
-	 * one table row and this value (docs/policies.md "Adding a policy") */
-	MD_POLICY_TEST_LIFO,
-#endif
 	MD_POLICY_COUNT,
 };
 

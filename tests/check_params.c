@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "params.h"
+#include "policy.h"
 
 static struct md__params P;
 static char err[256];
@@ -254,11 +255,55 @@ START_TEST(test_get_foreach)
 }
 END_TEST
 
+/* the policies' own keys come from the policy table: each row's keys are
+ * listed by foreach, read back at their declared default, and refused past
+ * their declared bounds with the key named */
+struct key_seen { const char *name; int seen; };
+static void key_seen_fn(const char *key, const char *value, void *ud)
+{
+	(void)value;
+	struct key_seen *k = ud;
+	if (!strcmp(key, k->name))
+		k->seen++;
+}
+
+START_TEST(test_policy_keys_from_table)
+{
+	char buf[64], want[64];
+	unsigned n = 0;
+	for (uint32_t id = 0; id < MD__POLICY_N; id++) {
+		const struct md__policy *pol = md__policy_table[id];
+		for (size_t i = 0; i < pol->n_keys; i++) {
+			const struct md__param_key *k = &pol->keys[i];
+			n++;
+			struct key_seen ks = {k->name, 0};
+			md__params_foreach(&P, key_seen_fn, &ks);
+			ck_assert_int_eq(ks.seen, 1);
+			ck_assert_int_gt(md__params_get(&P, k->name, buf, sizeof buf), 0);
+			if (k->kind == MD__KEY_DOUBLE) {
+				snprintf(want, sizeof want, "%g", k->dflt);
+				ck_assert_str_eq(buf, want);
+				ck_assert_int_eq(md__params_set(&P, k->name, "-1", err, sizeof err),
+						 -EINVAL);
+			} else {
+				snprintf(want, sizeof want, "%llu", (unsigned long long)k->idflt);
+				ck_assert_str_eq(buf, want);
+				ck_assert_int_eq(md__params_set(&P, k->name, "x", err, sizeof err),
+						 -EINVAL);
+			}
+			ck_assert_ptr_nonnull(strstr(err, k->name));
+		}
+	}
+	ck_assert_uint_eq(n, 5); /* recency, h2o, random, memdecay-turn (2) */
+}
+END_TEST
+
 static Suite *params_suite(void)
 {
 	Suite *s = suite_create("params");
 	TCase *tc = tcase_create("core");
 	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, test_policy_keys_from_table);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_set_good);
 	tcase_add_test(tc, test_set_bad_values);

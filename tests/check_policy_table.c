@@ -1,7 +1,7 @@
 /*
  * check_policy_table.c — the policy table, run against a build that adds the
  * test-only policy test-lifo exactly as docs/policies.md "Adding a policy"
- * says (sidecar/host/policy_test_lifo.c, one table row, one enum value):
+ * says (sidecar/host/policy_test_lifo.c, one table row, a host-side id):
  * its name reaches the parameters and their messages, and the host scores and
  * evicts with it like any built-in policy.
  */
@@ -18,7 +18,7 @@
 
 START_TEST(test_every_row_complete)
 {
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		const struct md__policy *pol = md__policy_table[i];
 		ck_assert_msg(pol != NULL, "policy %u has no table row", i);
 		ck_assert_ptr_nonnull(pol->name);
@@ -32,8 +32,8 @@ START_TEST(test_every_row_complete)
 		ck_assert_msg(pol->name[0] && !strpbrk(pol->name, "| \t\n="),
 			      "policy %u: name '%s' is not a key value", i, pol->name);
 	}
-	ck_assert_str_eq(md__policy_name(MD_POLICY_TEST_LIFO), "test-lifo");
-	ck_assert_str_eq(md__policy_name(MD_POLICY_COUNT), "unknown");
+	ck_assert_str_eq(md__policy_name(MD__POLICY_TEST_LIFO), "test-lifo");
+	ck_assert_str_eq(md__policy_name(MD__POLICY_N), "unknown");
 }
 END_TEST
 
@@ -42,7 +42,7 @@ static void table_names(char *buf, size_t len)
 {
 	size_t at = 0;
 	buf[0] = '\0';
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		int n = snprintf(buf + at, len - at, "%s%s", i ? "|" : "", md__policy_table[i]->name);
 		ck_assert(n > 0 && (size_t)n < len - at);
 		at += (size_t)n;
@@ -107,7 +107,7 @@ START_TEST(test_traits_match_scores)
 	md__params_defaults(&p);
 	unsigned seed = 7, flagged = 0;
 	uint64_t turns[4] = {0, 30, 60, 90};
-	for (uint32_t i = 0; i < MD_POLICY_COUNT; i++) {
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
 		const struct md__policy *pol = md__policy_table[i];
 		flagged += pol->memdecay_bound;
 		if (pol->memdecay_bound)
@@ -156,13 +156,81 @@ START_TEST(test_traits_match_scores)
 }
 END_TEST
 
+/* turn_decay: the score is at least the lower bound plus the decaying part in
+ * turn units, mean b_r exp(-lambda_r s age) over tokens with lambda_r > 0
+ * (s = decay_scale, age = turns begun after the token's refresh), and that
+ * part, rolled forward at its largest rate, bounds it after more turns begin
+ * (the decay heaps' bound, evict_index.c).  Each row that sets it is checked
+ * at several scales. */
+static uint32_t turns_at(const uint64_t *tc, uint32_t n, uint64_t c)
+{
+	uint32_t i = 0;
+	while (i < n && tc[i] <= c)
+		i++;
+	return i;
+}
+
+START_TEST(test_turn_decay_bound)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	unsigned seed = 11, flagged = 0;
+	static const double scales[] = {0, 0.1, 1, 4};
+	for (uint32_t i = 0; i < MD__POLICY_N; i++) {
+		const struct md__policy *pol = md__policy_table[i];
+		if (!pol->turn_decay)
+			continue;
+		flagged++;
+		for (int k = 0; k < 4000; k++) {
+			p.turn_lambda_scale = scales[k % 4];
+			double sc = pol->decay_scale ? pol->decay_scale(&p) : 1.0;
+			/* turns: ascending starts at or before the clock, then more later */
+			uint64_t tc[64], clock = 100 + (uint64_t)(rand_r(&seed) % 50);
+			uint32_t n0 = 1 + (uint32_t)(rand_r(&seed) % 20), n1;
+			for (uint32_t t = 0; t < n0; t++)
+				tc[t] = (uint64_t)t * clock / n0;
+			uint64_t later = clock + (uint64_t)(rand_r(&seed) % 100);
+			n1 = n0 + (uint32_t)(rand_r(&seed) % 30);
+			for (uint32_t t = n0; t < n1; t++)
+				tc[t] = clock + (uint64_t)(t - n0) * (later - clock) / (n1 - n0);
+			struct md__page pg;
+			uint64_t tr[16];
+			uint32_t slot = (uint32_t)(rand_r(&seed) % 64);
+			random_page(&seed, pol, &p, slot, &pg, tr, clock);
+			struct md__score_in in = score_in(&p, pol, slot, clock, (uint32_t)(k & 1), tc, n0);
+			struct md__score_in in1 = score_in(&p, pol, slot, later, (uint32_t)(k & 1), tc, n1);
+			double lb = pol->lower_bound(&pg, &in), s0 = pol->score(&pg, tr, &in, NULL);
+			double s1 = pol->score(&pg, tr, &in1, NULL), d = 0.0, lmax = 0.0;
+			uint32_t now = turns_at(tc, n0, clock);
+			for (unsigned t = 0; t < pg.n_tokens; t++) {
+				unsigned r = md_label_get(pg.labels, t);
+				if (!(p.lambda[r] > 0.0))
+					continue;
+				double lam = p.lambda[r] * sc;
+				lmax = lam > lmax ? lam : lmax;
+				d += p.base[r] * exp(-lam * (double)(now - turns_at(tc, n0, tr[t])));
+			}
+			d /= pg.n_tokens;
+			ck_assert_msg(lb + d <= s0 * (1.0 + 1e-12) + 1e-300,
+				      "%s: bound %.17g + decay %.17g above score %.17g", pol->name, lb,
+				      d, s0);
+			double rolled = d * exp(-lmax * (double)(n1 - n0));
+			ck_assert_msg(lb + rolled <= s1 * (1.0 + 1e-12) + 1e-300,
+				      "%s: %u turns later, bound %.17g + decay %.17g above score %.17g",
+				      pol->name, n1 - n0, lb, rolled, s1);
+		}
+	}
+	ck_assert_uint_gt(flagged, 0); /* memdecay-turn sets it */
+}
+END_TEST
+
 START_TEST(test_name_reaches_params)
 {
 	struct md__params p;
 	md__params_defaults(&p);
 	char err[512], buf[64], names[512];
 	ck_assert_int_eq(md__params_set(&p, "policy", "test-lifo", err, sizeof err), 0);
-	ck_assert_uint_eq(p.policy, MD_POLICY_TEST_LIFO);
+	ck_assert_uint_eq(p.policy, MD__POLICY_TEST_LIFO);
 	ck_assert_int_gt(md__params_get(&p, "policy", buf, sizeof buf), 0);
 	ck_assert_str_eq(buf, "test-lifo");
 	/* the refusal lists every policy, the new one included */
@@ -191,7 +259,7 @@ START_TEST(test_host_evicts_newest_first)
 {
 	struct md__params p;
 	md__params_defaults(&p);
-	p.policy = MD_POLICY_TEST_LIFO;
+	p.policy = MD__POLICY_TEST_LIFO;
 	p.protect_recent = 1;
 	struct md__host *h = md__host_new(&p);
 	ck_assert_int_eq(md__host_engine_add(h, 1, 4, 16, 1, NULL), 0);
@@ -231,6 +299,7 @@ static Suite *table_suite(void)
 	tcase_add_test(tc, test_every_row_complete);
 	tcase_add_test(tc, test_names_string);
 	tcase_add_test(tc, test_traits_match_scores);
+	tcase_add_test(tc, test_turn_decay_bound);
 	tcase_add_test(tc, test_name_reaches_params);
 	tcase_add_test(tc, test_host_evicts_newest_first);
 	suite_add_tcase(s, tc);

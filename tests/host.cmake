@@ -1,7 +1,8 @@
 # The policy table with a test-only policy added the documented way
 # (docs/policies.md "Adding a policy"): md_host's own sources built again with
 # MEMDECAY_TEST_POLICY, which switches on sidecar/host/policy_test_lifo.c, its
-# row in policy.c and its enum value — nothing else.  check_policy_table runs
+# row in policy.c and its host-side id after the ABI's (MD__POLICY_TEST_LIFO,
+# policy.h) — nothing else; the ABI header is the same in every build.  check_policy_table runs
 # it through names, parameters and decisions; check_index_test_policy runs the
 # oracle comparison on it (only that tcase: the rest is check_index's).
 add_library(md_host_test_policy STATIC ${MD_HOST_SOURCES})

@@ -275,7 +275,7 @@ int main(int argc, char **argv)
 		}
 		case 'j': json = 1; break;
 		case 'l':
-			for (uint32_t i = 0; i < MD_POLICY_COUNT; i++)
+			for (uint32_t i = 0; i < MD__POLICY_N; i++)
 				printf("%s\n", md__policy_name(i));
 			return 0;
 		case 'h': usage(stdout); return 0;

@@ -7,12 +7,15 @@
 # and the oracle mismatches of every run (which must be 0).
 #   ROUNDS    default 3 (each run takes about 40 s on 2 cores)
 #   POLICIES  comma list, default memdecay,random
+#   PAGES     (environment) page counts, e.g. 1000,10000,100000; default the bench's
 set -eu
 if [ $# -lt 2 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-	sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
 	[ $# -ge 1 ] && exit 0 || exit 2
 fi
 BEFORE=$1 AFTER=$2 ROUNDS=${3:-3} POLICIES=${4:-memdecay,random}
+PAGES_ARG=""
+[ -n "${PAGES:-}" ] && PAGES_ARG="--pages $PAGES"
 for b in "$BEFORE" "$AFTER"; do
 	[ -x "$b" ] || { echo "compare_builds: $b is not an executable" >&2; exit 2; }
 done
@@ -28,7 +31,8 @@ for pol in $(echo "$POLICIES" | tr ',' ' '); do
 			[ "$which" = after ] && bin=$AFTER
 			echo "compare_builds: $pol round $r/$ROUNDS: $which" >&2
 			# the bench exits 1 on an oracle mismatch: keep its JSON, say so
-			"$bin" --json --policy "$pol" >"$TMP/$pol.$which.$r.json" ||
+			# shellcheck disable=SC2086
+			"$bin" --json --policy "$pol" $PAGES_ARG >"$TMP/$pol.$which.$r.json" ||
 				echo "compare_builds: $which ($bin) exited $? under $pol" >&2
 		done
 		r=$((r + 1))

@@ -21,14 +21,18 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 					  .norm_mode = md__engine_norm(h, e),
 					  .page_tokens = e->page_tokens};
 	e->step_decay = e->pol->step_decay;
+	e->turn_decay = e->pol->turn_decay;
 	e->attn_lowers = e->pol->attn_lowers;
 	e->memdecay_bound = e->pol->memdecay_bound;
+	e->decay_scale = e->pol->decay_scale ? e->pol->decay_scale(&h->params) : 1.0;
 	e->norm_mode = md__engine_norm(h, e);
+	/* decay classes: the distinct rates lambda_r * decay_scale of the regions
+	 * with lambda_r > 0 (computed as evict_index.c's decay_bound does) */
 	e->n_cls = 0;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		double lam = h->params.lambda[r];
-		if (!(lam > 0.0))
+		if (!(h->params.lambda[r] > 0.0))
 			continue;
+		double lam = h->params.lambda[r] * e->decay_scale;
 		unsigned c = 0;
 		while (c < e->n_cls && e->cls_lambda[c] != lam)
 			c++;

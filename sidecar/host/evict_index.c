@@ -12,10 +12,14 @@
  *    (to 0.9 x the bound, so the next small drops cost nothing; a float copy
  *    in the page, key_hint, answers "still above?" without touching the heap)
  *    and leaves rises lazy; a decision that meets a stale key recomputes it.
- *  - memdecay only: one decay heap per lambda class (distinct lambda_r > 0),
- *    keyed by g with decaying part >= exp(g - lambda_c t): the decaying sum now,
- *    rolled forward at the page's largest lambda.  Time-invariant within a
- *    class; refreshes only make it looser (still valid).
+ *  - step_decay and turn_decay policies (memdecay, memdecay-norm;
+ *    memdecay-turn): one decay heap per lambda class (distinct lambda_r > 0,
+ *    times the policy's decay_scale), keyed by g with decaying part
+ *    >= exp(g - lambda_c t): the decaying sum now, rolled forward at the
+ *    page's largest lambda.  t is the sequence's clock (step_decay), or its
+ *    turn count (turn_decay: a token's age in turns grows by at most one per
+ *    turn begun).  Time-invariant within a class; refreshes only make it
+ *    looser (still valid).
  * A decision for a scope (one sequence, or all sequences of an engine) is a
  * threshold algorithm (Fagin) over the two views: pop pages in key order (and,
  * once 8 pops did not settle it, alternately in decay-bound order), compute
@@ -135,6 +139,25 @@ static void decayheap_sift_down(struct md__engine *e, struct md__heap_ent *hp, u
 	e->decayheap_pos[ent.slot] = i;
 }
 
+/* The time the decay heaps' bound runs on, for sequence s: its clock
+ * (step_decay) or its turn count (turn_decay).  Turns begin at the sequence's
+ * clock, which never goes back, so every turn start is at or before it and
+ * turn_n is the score's current turn (md__turn_at of the clock). */
+static inline double decay_time(const struct md__engine *e, const struct md__seq *s)
+{
+	return e->turn_decay ? (double)s->turn_n : (double)s->clock;
+}
+
+/* a token's age in decay_time units: steps, or turns begun since its refresh
+ * (memdecay-turn's score, policy_memdecay_turn.c) */
+static inline double token_age(const struct md__engine *e, const struct md__seq *s,
+			       uint64_t t_refresh)
+{
+	if (!e->turn_decay)
+		return (double)(s->clock - t_refresh);
+	return (double)(s->turn_n - md__turn_at(s->turn_clk, s->turn_n, t_refresh));
+}
+
 /* log of a bound on the page's decaying part: Dpos(t) >= exp(g - lambda_c t).
  * Each term decays at most at lambda_max, so the value now, rolled forward at
  * lambda_max, stays below it.  Returns 0 with *cls, or -1: no usable bound. */
@@ -143,23 +166,29 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 {
 	const struct md__params *p = e->params;
 	const struct md__page *pg = &e->pages[slot];
+	const struct md__seq *s = &e->seqs[pg->seq];
 	const uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
-	uint64_t t0 = e->seqs[pg->seq].clock;
-	double lmax = 0.0, lg[MD_PAGE_TOKENS_MAX], top = -INFINITY;
+	double t0 = decay_time(e, s), lmax = 0.0, lg[MD_PAGE_TOKENS_MAX], top = -INFINITY;
+	double age = 0.0;
+	uint64_t aged = 0;        /* the t_refresh age is for (turns: tokens mostly share it) */
 	unsigned nt = 0;
 	for (unsigned k = 0; k < pg->n_tokens; k++) {
 		unsigned r = md_label_get(pg->labels, k);
-		double lam = p->lambda[r];
-		if (!(lam > 0.0) || !(p->base[r] > 0.0))
+		if (!(p->lambda[r] > 0.0) || !(p->base[r] > 0.0))
 			continue;
+		double lam = p->lambda[r] * e->decay_scale;
 		if (lam > lmax)
 			lmax = lam;
-		lg[nt] = log(p->base[r] / (double)pg->n_tokens) - lam * (double)(t0 - tr[k]);
+		if (nt == 0 || tr[k] != aged || !e->turn_decay) {
+			aged = tr[k];
+			age = token_age(e, s, aged);
+		}
+		lg[nt] = log(p->base[r] / (double)pg->n_tokens) - lam * age;
 		if (lg[nt] > top)
 			top = lg[nt];
 		nt++;
 	}
-	if (!nt || !(lmax * (double)t0 <= D_LAMBDA_T_MAX) || !isfinite(top))
+	if (!nt || !(lmax * t0 <= D_LAMBDA_T_MAX) || !isfinite(top))
 		return -1;
 	double sum = 0.0;
 	for (unsigned i = 0; i < nt; i++)
@@ -170,7 +199,7 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 	if (c == e->n_cls)
 		return -1;
 	*cls = c;
-	*g = top + log(sum) + lmax * (double)t0;
+	*g = top + log(sum) + lmax * t0;
 	return 0;
 }
 
@@ -179,7 +208,7 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 static void decayheap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
 {
 	e->dcls[slot] = MD__NO_CLASS;
-	if (!e->step_decay) {
+	if (!e->step_decay && !e->turn_decay) {
 		s->nodecay++;
 		return;
 	}
@@ -389,7 +418,7 @@ static void decay_heads_fix(struct md__scope *sc)
 		if (s->decayheap_n[c] == 0) {
 			sc->decay_heads[0] = sc->decay_heads[--sc->n_decay_heads];
 		} else {
-			double v = s->decayheap[c][0].key - sc->e->cls_lambda[c] * (double)s->clock;
+			double v = s->decayheap[c][0].key - sc->e->cls_lambda[c] * decay_time(sc->e, s);
 			if (v == sc->decay_heads[0].v)
 				return;
 			sc->decay_heads[0].v = v;
@@ -442,6 +471,25 @@ static struct md__cand cands_pop(struct md__scope *sc)
 	return top;
 }
 
+/* A turn_decay page's decay-heap key goes stale-low fast: a refreshed token
+ * restarts its age at 0 while the key keeps the old one, and memdecay-turn's
+ * slow per-turn rates keep such a page well above its key for hundreds of
+ * turns.  The head of class c of sequence s is re-keyed to its bound now when
+ * that is higher (returns 1: the head moved, pop again); a page whose key
+ * still holds is scored as usual.  Step-decay keys are left as they are:
+ * their pages decay within a few pages' worth of steps. */
+static int decay_rekey(struct md__engine *e, struct md__seq *s, uint32_t c)
+{
+	struct md__heap_ent *hp = s->decayheap[c];
+	uint32_t cls;
+	double g;
+	if (decay_bound(e, hp[0].slot, &cls, &g) || cls != c || !(g > hp[0].key))
+		return 0;
+	hp[0].key = g;
+	decayheap_sift_down(e, hp, s->decayheap_n[c], 0);
+	return 1;
+}
+
 #define DECAY_HEADS_AFTER_POPS 8  /* key-list pops before the decay heads are gathered */
 static void decay_heads_build(struct md__scope *sc);
 #define D_SHAVE (1.0 - 1e-7)  /* covers the rounding of g - lambda t */
@@ -476,13 +524,22 @@ int md__scope_next(struct md__scope *sc, uint32_t *out)
 		}
 		sc->turn ^= 1;
 		sc->pops++;
+		/* which view to pop: alternately, except under turn_decay, whose
+		 * views differ in scale by orders of magnitude (slow per-turn
+		 * decay, or fully decayed pages whose attention decides): the one
+		 * whose bound is larger, the one that moves the threshold */
+		int from_decay = sc->turn;
+		if (e->turn_decay)
+			from_decay = dmin > sc->key_heads[0].key;
 		uint32_t q, slot;
 		struct md__seq *s;
 		struct md__score_in in;
-		if (sc->turn && sc->decay_heads_built && sc->n_decay_heads) {
+		if (from_decay && sc->decay_heads_built && sc->n_decay_heads) {
 			q = sc->decay_heads[0].seq;
 			s = &e->seqs[q];
 			slot = s->decayheap[sc->decay_heads[0].cls][0].slot;
+			if (e->turn_decay && decay_rekey(e, s, sc->decay_heads[0].cls))
+				continue;
 			md__score_in_init(sc->h, e, slot, &in);
 		} else {
 			q = sc->key_heads[0].seq;
@@ -551,7 +608,7 @@ static void decay_heads_build(struct md__scope *sc)
 			if (s->decayheap_n[c])
 				sc->decay_heads[sc->n_decay_heads++] = (struct md__decay_head){
 					s->decayheap[c][0].key -
-						e->cls_lambda[c] * (double)s->clock,
+						e->cls_lambda[c] * decay_time(e, s),
 					sc->seqs[i], c};
 	}
 	for (size_t i = sc->n_decay_heads / 2; i-- > 0;)
@@ -604,7 +661,7 @@ int md__scope_begin(struct md__scope *sc, struct md__host *h, struct md__engine 
 	}
 	for (size_t i = sc->n_key_heads / 2; i-- > 0;)
 		key_heads_sift_down(sc, i);
-	if (e->step_decay && e->n_cls)
+	if ((e->step_decay || e->turn_decay) && e->n_cls)
 		sc->decay_heads = malloc(nseqs * e->n_cls * sizeof(struct md__decay_head));
 	return 0;
 }

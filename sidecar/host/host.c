@@ -115,7 +115,7 @@ const struct md__params *md__host_params(const struct md__host *h)
 
 static int opts_valid(const struct md__engine_opts *o)
 {
-	if (o->policy < -1 || o->policy >= (int)MD_POLICY_COUNT)
+	if (o->policy < -1 || o->policy >= (int)MD__POLICY_N)
 		return 0;
 	if (o->budget_engine_pages < -1 || o->budget_sequence_tokens < -1)
 		return 0;

@@ -1,8 +1,8 @@
 /*
  * host_internal.h — the policy host's private state, shared by its files
  * (docs/architecture.md, "Inside the host": which calls which).  Not for the transport: it uses host.h.
- * A page's hot fields (ingest touches them on every attention record) fit one
- * cache line; per-token refresh clocks live in a separate array.
+ * Not for policies either: they see a page through policy.h (struct md__page,
+ * whose state and flags fields are defined here).
  */
 #ifndef MD_HOST_INTERNAL_H
 #define MD_HOST_INTERNAL_H
@@ -22,40 +22,6 @@ enum md__slot_state {
 #define MD__PF_SEEN 8u     /* resync bookkeeping */
 
 #define MD__NO_HEAP UINT32_MAX
-
-struct md__page {
-	uint32_t gen;
-	uint32_t seq;
-	uint8_t state;
-	uint8_t flags;
-	uint16_t n_tokens;
-	float key_hint;       /* >= its heap key: most rekeys stop here */
-	uint64_t first_pos;
-	uint64_t labels;
-	double ewma_raw;      /* EWMA of the page's raw mass (sum over tokens) */
-	double ewma_norm;     /* EWMA of mass * n_live of the sequence */
-	double cum_raw;       /* cumulative raw mass (h2o) */
-	double lb_static;     /* policy's time-invariant part of the lower bound */
-};
-_Static_assert(sizeof(struct md__page) == 64, "page is one cache line");
-
-/* memdecay's lower bound (memdecay, memdecay-norm, memdecay-turn): the
- * lambda_r == 0 terms plus the attention term, shaved by 1e-9 relative so
- * that summation order never puts it above the score.  Inline: every
- * attention record asks it (pagestate.c, attn_rekey). */
-#define MD__MEMDECAY_LB_SHAVE (1.0 - 1e-9)
-static inline double md__memdecay_bound_at(const struct md__page *pg, double alpha,
-					   uint32_t norm_mode)
-{
-	double a = norm_mode == MD_NORM_RELATIVE ? pg->ewma_norm : pg->ewma_raw;
-	return (pg->lb_static + alpha * a) / (double)pg->n_tokens * MD__MEMDECAY_LB_SHAVE;
-}
-
-static inline double md__memdecay_lower_bound(const struct md__page *pg,
-					      const struct md__score_in *in, uint32_t norm_mode)
-{
-	return md__memdecay_bound_at(pg, in->p->alpha, norm_mode);
-}
 
 struct md__pos_ent {      /* a sequence's pages in first_pos order */
 	uint64_t first_pos;
@@ -130,8 +96,9 @@ struct md__engine {
 	const struct md__policy *pol;    /* its table entry, set with it */
 	struct md__score_in key_in;      /* score inputs for heap keys: the engine's part set
 					    with it, the page's part by page_key (pagestate.c) */
-	uint8_t step_decay, attn_lowers, memdecay_bound; /* its traits (struct md__policy),
-							    set with it */
+	uint8_t step_decay, turn_decay, attn_lowers, memdecay_bound; /* its traits (struct
+									 md__policy), set with it */
+	double decay_scale;       /* its decay_scale (1 without one), set with it */
 	uint32_t norm_mode;
 	uint64_t pages_live, pages_evicting, tokens_live, seqs_live;
 	uint64_t records;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void policy_key_defaults(struct md__params *p);
+
 void md__params_defaults(struct md__params *p)
 {
 	memset(p, 0, sizeof(*p));
@@ -40,11 +42,7 @@ void md__params_defaults(struct md__params *p)
 	p->norm = MD_NORM_RAW;
 	p->policy = MD_POLICY_MEMDECAY;
 	p->protect_recent = 1;
-	p->sink_tokens = 4;
-	p->h2o_recent_fraction = 0.5;
-	p->random_seed = 1;
-	p->turn_lambda_scale = 0.1;
-	p->turn_recent_fraction = 0;
+	policy_key_defaults(p);
 	p->low_watermark = 1.0;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
@@ -132,67 +130,118 @@ static int parse_bool(const char *key, const char *v, int *out, char *err, size_
 
 /* ---- the scalar key table ---- */
 
-enum kind { K_DOUBLE, K_U32, K_U64, K_NORM, K_POLICY };
-
-struct scalar_key {
-	const char *name;
-	enum kind kind;
-	size_t off;
-	double lo, hi;       /* doubles; integers use ilo/ihi */
-	int lo_open, hi_open;
-	uint64_t ilo, ihi;
+/* The host's own keys, in the order get and save list them; the policies'
+ * keys (policy.h, each policy's .keys, in table order) come between the head
+ * and the tail. */
+#define OFF(f) MD__PARAM_OFF(f)
+static const struct md__param_key head_keys[] = {
+	{"memdecay.alpha", MD__KEY_DOUBLE, OFF(alpha), 0, 1e9, 0, 0, 0, 0, 0, 0},
+	{"memdecay.tau", MD__KEY_DOUBLE, OFF(tau), 0, 1e9, 0, 0, 0, 0, 0, 0},
+	{"memdecay.beta", MD__KEY_DOUBLE, OFF(beta), 0, 1, 0, 1, 0, 0, 0, 0},
+	{"memdecay.norm", MD__KEY_NORM, OFF(norm), 0, 0, 0, 0, 0, 0, 0, 0},
+	{"policy", MD__KEY_POLICY, OFF(policy), 0, 0, 0, 0, 0, 0, 0, 0},
+	{"protect_recent", MD__KEY_U32, OFF(protect_recent), 0, 0, 0, 0, 0, 1u << 20, 0, 0},
 };
-
-#define OFF(f) offsetof(struct md__params, f)
-static const struct scalar_key scalar_keys[] = {
-	{"memdecay.alpha", K_DOUBLE, OFF(alpha), 0, 1e9, 0, 0, 0, 0},
-	{"memdecay.tau", K_DOUBLE, OFF(tau), 0, 1e9, 0, 0, 0, 0},
-	{"memdecay.beta", K_DOUBLE, OFF(beta), 0, 1, 0, 1, 0, 0},
-	{"memdecay.norm", K_NORM, OFF(norm), 0, 0, 0, 0, 0, 0},
-	{"policy", K_POLICY, OFF(policy), 0, 0, 0, 0, 0, 0},
-	{"protect_recent", K_U32, OFF(protect_recent), 0, 0, 0, 0, 0, 1u << 20},
-	{"recency.sink_tokens", K_U32, OFF(sink_tokens), 0, 0, 0, 0, 0, 1u << 30},
-	{"h2o.recent_fraction", K_DOUBLE, OFF(h2o_recent_fraction), 0, 1, 0, 0, 0, 0},
-	{"random.seed", K_U64, OFF(random_seed), 0, 0, 0, 0, 0, UINT64_MAX},
-	{"memdecay-turn.lambda_scale", K_DOUBLE, OFF(turn_lambda_scale), 0, 1e9, 0, 0, 0, 0},
-	{"memdecay-turn.recent_fraction", K_DOUBLE, OFF(turn_recent_fraction), 0, 1, 0, 0, 0, 0},
-	{"budget.sequence_tokens", K_U64, OFF(budget_sequence_tokens), 0, 0, 0, 0, 0, 1ull << 48},
-	{"budget.engine_pages", K_U64, OFF(budget_engine_pages), 0, 0, 0, 0, 0, 1ull << 48},
-	{"budget.global_pages", K_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48},
-	{"budget.low_watermark", K_DOUBLE, OFF(low_watermark), 0, 1, 1, 0, 0, 0},
-	{"daemon.heartbeat_timeout_ms", K_U32, OFF(heartbeat_timeout_ms), 0, 0, 0, 0, 1, UINT32_MAX},
+static const struct md__param_key tail_keys[] = {
+	{"budget.sequence_tokens", MD__KEY_U64, OFF(budget_sequence_tokens), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
+	{"budget.engine_pages", MD__KEY_U64, OFF(budget_engine_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
+	{"budget.global_pages", MD__KEY_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
+	{"budget.low_watermark", MD__KEY_DOUBLE, OFF(low_watermark), 0, 1, 1, 0, 0, 0, 0, 0},
+	{"daemon.heartbeat_timeout_ms", MD__KEY_U32, OFF(heartbeat_timeout_ms), 0, 0, 0, 0, 1, UINT32_MAX, 0, 0},
 	/* 0: never detach an engine for violations */
-	{"daemon.violation_limit", K_U32, OFF(violation_limit), 0, 0, 0, 0, 0, UINT32_MAX},
+	{"daemon.violation_limit", MD__KEY_U32, OFF(violation_limit), 0, 0, 0, 0, 0, UINT32_MAX, 0, 0},
 	/* 0: sleep on the doorbell as soon as the rings are drained */
-	{"daemon.nap_ms", K_U32, OFF(nap_ms), 0, 0, 0, 0, 0, 10000},
-	{"daemon.max_engines", K_U32, OFF(max_engines), 0, 0, 0, 0, 1, 65536},
-	{"daemon.max_engines_per_uid", K_U32, OFF(max_engines_per_uid), 0, 0, 0, 0, 1, 65536},
-	{"daemon.max_segment_bytes_per_uid", K_U64, OFF(max_segment_bytes_per_uid), 0, 0, 0, 0,
-	 1ull << 20, 1ull << 48},
+	{"daemon.nap_ms", MD__KEY_U32, OFF(nap_ms), 0, 0, 0, 0, 0, 10000, 0, 0},
+	{"daemon.max_engines", MD__KEY_U32, OFF(max_engines), 0, 0, 0, 0, 1, 65536, 0, 0},
+	{"daemon.max_engines_per_uid", MD__KEY_U32, OFF(max_engines_per_uid), 0, 0, 0, 0, 1, 65536, 0, 0},
+	{"daemon.max_segment_bytes_per_uid", MD__KEY_U64, OFF(max_segment_bytes_per_uid), 0, 0, 0, 0,
+	 1ull << 20, 1ull << 48, 0, 0},
 	/* HELLO weight=W of any engine, whatever its uid, is clamped to this */
-	{"budget.max_engine_weight", K_DOUBLE, OFF(max_engine_weight), 0, 1e6, 1, 0, 0, 0},
+	{"budget.max_engine_weight", MD__KEY_DOUBLE, OFF(max_engine_weight), 0, 1e6, 1, 0, 0, 0, 0, 0},
 };
-#define N_SCALAR (sizeof(scalar_keys) / sizeof(scalar_keys[0]))
+#define N_HEAD (sizeof(head_keys) / sizeof(head_keys[0]))
+#define N_TAIL (sizeof(tail_keys) / sizeof(tail_keys[0]))
 
-static int set_scalar(struct md__params *p, const struct scalar_key *k, const char *v,
+/* Every scalar key in listing order: fn(key, ud) until it returns nonzero,
+ * which is returned. */
+static int scalar_keys_each(int (*fn)(const struct md__param_key *k, void *ud), void *ud)
+{
+	int rc;
+	for (size_t i = 0; i < N_HEAD; i++)
+		if ((rc = fn(&head_keys[i], ud)))
+			return rc;
+	for (uint32_t id = 0; id < MD__POLICY_N; id++) {
+		const struct md__policy *pol = md__policy_table[id];
+		for (size_t i = 0; i < pol->n_keys; i++)
+			if ((rc = fn(&pol->keys[i], ud)))
+				return rc;
+	}
+	for (size_t i = 0; i < N_TAIL; i++)
+		if ((rc = fn(&tail_keys[i], ud)))
+			return rc;
+	return 0;
+}
+
+struct key_find { const char *name; const struct md__param_key *found; };
+static int key_match(const struct md__param_key *k, void *ud)
+{
+	struct key_find *f = ud;
+	if (strcmp(k->name, f->name))
+		return 0;
+	f->found = k;
+	return 1;
+}
+
+static const struct md__param_key *scalar_key(const char *name)
+{
+	struct key_find f = {name, NULL};
+	scalar_keys_each(key_match, &f);
+	return f.found;
+}
+
+/* the policies' keys start at their own defaults */
+static int key_default(const struct md__param_key *k, void *ud)
+{
+	char *base = (char *)ud + k->off;
+	if (k->kind == MD__KEY_DOUBLE) {
+		memcpy(base, &k->dflt, sizeof(k->dflt));
+	} else if (k->kind == MD__KEY_U32) {
+		uint32_t y = (uint32_t)k->idflt;
+		memcpy(base, &y, sizeof(y));
+	} else if (k->kind == MD__KEY_U64) {
+		memcpy(base, &k->idflt, sizeof(k->idflt));
+	}
+	return 0;
+}
+
+static void policy_key_defaults(struct md__params *p)
+{
+	for (uint32_t id = 0; id < MD__POLICY_N; id++) {
+		const struct md__policy *pol = md__policy_table[id];
+		for (size_t i = 0; i < pol->n_keys; i++)
+			key_default(&pol->keys[i], p);
+	}
+}
+
+static int set_scalar(struct md__params *p, const struct md__param_key *k, const char *v,
 		      char *err, size_t errlen)
 {
 	char *base = (char *)p + k->off;
 	switch (k->kind) {
-	case K_DOUBLE: {
+	case MD__KEY_DOUBLE: {
 		double x = 0;
 		int rc = parse_double(k->name, v, k->lo, k->hi, k->lo_open, k->hi_open, &x, err, errlen);
 		if (rc == 0)
 			memcpy(base, &x, sizeof(x));
 		return rc;
 	}
-	case K_U32:
-	case K_U64: {
+	case MD__KEY_U32:
+	case MD__KEY_U64: {
 		uint64_t x = 0;
 		int rc = parse_u64(k->name, v, k->ilo, k->ihi, &x, err, errlen);
 		if (rc)
 			return rc;
-		if (k->kind == K_U32) {
+		if (k->kind == MD__KEY_U32) {
 			uint32_t y = (uint32_t)x;
 			memcpy(base, &y, sizeof(y));
 		} else {
@@ -200,7 +249,7 @@ static int set_scalar(struct md__params *p, const struct scalar_key *k, const ch
 		}
 		return 0;
 	}
-	case K_NORM: {
+	case MD__KEY_NORM: {
 		uint32_t m;
 		if (!strcmp(v, "raw"))
 			m = MD_NORM_RAW;
@@ -211,7 +260,7 @@ static int set_scalar(struct md__params *p, const struct scalar_key *k, const ch
 		memcpy(base, &m, sizeof(m));
 		return 0;
 	}
-	case K_POLICY: {
+	case MD__KEY_POLICY: {
 		int id = md__policy_from_name(v);
 		if (id < 0) {
 			char names[256];
@@ -236,36 +285,36 @@ static void fmt_double(char *buf, size_t len, double x)
 	}
 }
 
-static void get_scalar(const struct md__params *p, const struct scalar_key *k, char *buf,
+static void get_scalar(const struct md__params *p, const struct md__param_key *k, char *buf,
 		       size_t len)
 {
 	const char *base = (const char *)p + k->off;
 	switch (k->kind) {
-	case K_DOUBLE: {
+	case MD__KEY_DOUBLE: {
 		double x;
 		memcpy(&x, base, sizeof(x));
 		fmt_double(buf, len, x);
 		break;
 	}
-	case K_U32: {
+	case MD__KEY_U32: {
 		uint32_t x;
 		memcpy(&x, base, sizeof(x));
 		snprintf(buf, len, "%u", x);
 		break;
 	}
-	case K_U64: {
+	case MD__KEY_U64: {
 		uint64_t x = 0;
 		memcpy(&x, base, sizeof(x));
 		snprintf(buf, len, "%llu", (unsigned long long)x);
 		break;
 	}
-	case K_NORM: {
+	case MD__KEY_NORM: {
 		uint32_t x;
 		memcpy(&x, base, sizeof(x));
 		snprintf(buf, len, "%s", x == MD_NORM_RELATIVE ? "relative" : "raw");
 		break;
 	}
-	case K_POLICY: {
+	case MD__KEY_POLICY: {
 		uint32_t x;
 		memcpy(&x, base, sizeof(x));
 		snprintf(buf, len, "%s", md__policy_name(x));
@@ -338,9 +387,9 @@ int md__params_set(struct md__params *p, const char *key, const char *value, cha
 		err[0] = '\0';
 	if (!key || !value)
 		return fail(err, errlen, "missing key or value");
-	for (size_t i = 0; i < N_SCALAR; i++)
-		if (!strcmp(key, scalar_keys[i].name))
-			return set_scalar(p, &scalar_keys[i], value, err, errlen);
+	const struct md__param_key *k = scalar_key(key);
+	if (k)
+		return set_scalar(p, k, value, err, errlen);
 
 	int id = region_name_key(key);
 	if (id >= 0) {
@@ -398,11 +447,11 @@ int md__params_get(const struct md__params *p, const char *key, char *buf, size_
 	char tmp[64];
 	tmp[0] = '\0';
 	int found = 0;
-	for (size_t i = 0; i < N_SCALAR && !found; i++)
-		if (!strcmp(key, scalar_keys[i].name)) {
-			get_scalar(p, &scalar_keys[i], tmp, sizeof(tmp));
-			found = 1;
-		}
+	const struct md__param_key *k = scalar_key(key);
+	if (k) {
+		get_scalar(p, k, tmp, sizeof(tmp));
+		found = 1;
+	}
 	if (!found) {
 		int id = region_name_key(key);
 		if (id >= 0) {
@@ -429,6 +478,16 @@ int md__params_get(const struct md__params *p, const char *key, char *buf, size_
 	return (int)strlen(tmp);
 }
 
+struct key_visit { const struct md__params *p; md__params_visit_fn fn; void *ud; };
+static int visit_scalar(const struct md__param_key *k, void *ud)
+{
+	struct key_visit *v = ud;
+	char val[64];
+	get_scalar(v->p, k, val, sizeof(val));
+	v->fn(k->name, val, v->ud);
+	return 0;
+}
+
 void md__params_foreach(const struct md__params *p, md__params_visit_fn fn, void *ud)
 {
 	char key[128], val[64];
@@ -449,10 +508,8 @@ void md__params_foreach(const struct md__params *p, md__params_visit_fn fn, void
 			fn(key, val, ud);
 		}
 	}
-	for (size_t i = 0; i < N_SCALAR; i++) {
-		get_scalar(p, &scalar_keys[i], val, sizeof(val));
-		fn(scalar_keys[i].name, val, ud);
-	}
+	struct key_visit v = {p, fn, ud};
+	scalar_keys_each(visit_scalar, &v);
 }
 
 /* ---- all-or-nothing sets and files ---- */

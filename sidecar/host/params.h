@@ -27,6 +27,8 @@ struct md__params {
 	/* policy defaults */
 	uint32_t policy;                      /* enum md_policy_id (key "policy") */
 	uint32_t protect_recent;              /* pages */
+	/* the policies' own keys: declared, bounded and defaulted by each
+	 * policy's file (struct md__policy.keys); only their values live here */
 	uint32_t sink_tokens;                 /* recency.sink_tokens */
 	double h2o_recent_fraction;           /* h2o.recent_fraction, 0..1 */
 	uint64_t random_seed;                 /* random.seed */
@@ -47,6 +49,30 @@ struct md__params {
 	uint64_t max_segment_bytes_per_uid;   /* daemon.max_segment_bytes_per_uid */
 	double max_engine_weight;             /* budget.max_engine_weight (any HELLO weight) */
 };
+
+/* One key of the registry: its name, how its text reads, where its value
+ * lives in struct md__params, its bounds and its default.  params.c holds the
+ * host's own keys; each policy declares its own (struct md__policy.keys,
+ * policy.h) and params.c serves them from the policy table. */
+enum md__key_kind {
+	MD__KEY_DOUBLE,
+	MD__KEY_U32,
+	MD__KEY_U64,
+	MD__KEY_NORM,    /* raw|relative */
+	MD__KEY_POLICY,  /* a policy name */
+};
+
+struct md__param_key {
+	const char *name;
+	enum md__key_kind kind;
+	size_t off;            /* MD__PARAM_OFF(field) */
+	double lo, hi;         /* doubles; integers use ilo/ihi */
+	int lo_open, hi_open;
+	uint64_t ilo, ihi;
+	double dflt;           /* a policy key's default (doubles) */
+	uint64_t idflt;        /* a policy key's default (integers) */
+};
+#define MD__PARAM_OFF(field) offsetof(struct md__params, field)
 
 /* Starting values: docs/design.md §1 (system pinned, dialogue 0.7/0.05, scratchpad 0.3/0.2). */
 void md__params_defaults(struct md__params *p);

@@ -9,7 +9,7 @@
  * relative so that summation order can never put it above the computed score.
  */
 #include <math.h>
-#include "host_internal.h"
+#include "policy.h"
 
 double md__memdecay_score(const struct md__page *pg, const uint64_t *t_refresh,
 			  const struct md__score_in *in, uint32_t norm_mode,
@@ -54,11 +54,11 @@ static double score(const struct md__page *pg, const uint64_t *t_refresh,
 
 static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
 {
-	return md__memdecay_lower_bound(pg, in, in->norm_mode);
+	return md__memdecay_lower_bound(pg, in);
 }
 
 const struct md__policy md__policy_memdecay = {
-	.name = "memdecay",
+	.name = md__policy_builtin_names[MD_POLICY_MEMDECAY],
 	.score = score,
 	.static_bound = md__memdecay_static_bound,
 	.lower_bound = lower_bound,

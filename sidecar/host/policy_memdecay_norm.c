@@ -5,7 +5,7 @@
  * its always_relative trait makes the host score it in relative mode
  * (in->norm_mode), whatever memdecay.norm says.
  */
-#include "host_internal.h"
+#include "policy.h"
 
 static double score(const struct md__page *pg, const uint64_t *t_refresh,
 		    const struct md__score_in *in, struct md__score_terms *terms)
@@ -15,11 +15,11 @@ static double score(const struct md__page *pg, const uint64_t *t_refresh,
 
 static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
 {
-	return md__memdecay_lower_bound(pg, in, in->norm_mode);
+	return md__memdecay_lower_bound(pg, in);
 }
 
 const struct md__policy md__policy_memdecay_norm = {
-	.name = "memdecay-norm",
+	.name = md__policy_builtin_names[MD_POLICY_MEMDECAY_NORM],
 	.score = score,
 	.static_bound = md__memdecay_static_bound,
 	.lower_bound = lower_bound,

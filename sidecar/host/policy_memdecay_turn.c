@@ -10,27 +10,18 @@
  * memdecay's, in the engine's memdecay.norm.
  * Lower bound: T(t) - T(t_i) never falls while t_i stays (refreshes only raise
  * the score), so memdecay's bound (lambda_r == 0 terms plus the attention
- * term) holds at every later clock.  No decay-class heaps: their bound is in
- * clock units (evict_index.c), which turns do not follow.
+ * term) holds at every later clock.
+ * Decay bound (turn_decay): a token's age grows by at most one per turn the
+ * sequence begins, so the decaying part rolled forward at its largest rate,
+ * exp(g - lambda_max s T), bounds it at every later turn count T: the host's
+ * decay heaps run on the sequence's turn count instead of its clock
+ * (evict_index.c), with every lambda_r times s (decay_scale).
  * Window: protection covers at least the newest memdecay-turn.recent_fraction
  * of the sequence's budget (in pages), as h2o's window does (default 0: only
  * the usual protected pages; docs/policies.md, "memdecay-turn with a window").
  */
 #include <math.h>
-#include "host_internal.h"
-
-uint32_t md__turn_at(const uint64_t *turn_clk, uint32_t turn_n, uint64_t c)
-{
-	uint32_t lo = 0, hi = turn_n;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (turn_clk[mid] <= c)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
+#include "policy.h"
 
 static double score(const struct md__page *pg, const uint64_t *t_refresh,
 		    const struct md__score_in *in, struct md__score_terms *terms)
@@ -62,7 +53,12 @@ static double score(const struct md__page *pg, const uint64_t *t_refresh,
 
 static double lower_bound(const struct md__page *pg, const struct md__score_in *in)
 {
-	return md__memdecay_lower_bound(pg, in, in->norm_mode);
+	return md__memdecay_lower_bound(pg, in);
+}
+
+static double decay_scale(const struct md__params *p)
+{
+	return p->turn_lambda_scale;
 }
 
 static uint32_t window_pages(const struct md__params *p, uint64_t budget_pages)
@@ -71,14 +67,25 @@ static uint32_t window_pages(const struct md__params *p, uint64_t budget_pages)
 	return w > (double)UINT32_MAX ? UINT32_MAX : (uint32_t)w;
 }
 
+static const struct md__param_key keys[] = {
+	{.name = "memdecay-turn.lambda_scale", .kind = MD__KEY_DOUBLE,
+	 .off = MD__PARAM_OFF(turn_lambda_scale), .lo = 0, .hi = 1e9, .dflt = 0.1},
+	{.name = "memdecay-turn.recent_fraction", .kind = MD__KEY_DOUBLE,
+	 .off = MD__PARAM_OFF(turn_recent_fraction), .lo = 0, .hi = 1, .dflt = 0},
+};
+
 const struct md__policy md__policy_memdecay_turn = {
-	.name = "memdecay-turn",
+	.name = md__policy_builtin_names[MD_POLICY_MEMDECAY_TURN],
 	.score = score,
 	.static_bound = md__memdecay_static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = window_pages,
-	.step_decay = 0,   /* ages count turns, not steps: no per-step decay bound */
+	.decay_scale = decay_scale,
+	.keys = keys,
+	.n_keys = sizeof(keys) / sizeof(keys[0]),
+	.step_decay = 0,   /* ages count turns, not steps */
+	.turn_decay = 1,
 	.attn_lowers = 1,
 	.memdecay_bound = 1,
 };

@@ -3,7 +3,7 @@
  * score = hash(seed, engine, slot, generation) in [0, 1), fixed for the life
  * of a page, so decisions are reproducible and the index stays exact.
  */
-#include "host_internal.h"
+#include "policy.h"
 
 static uint64_t mix64(uint64_t x)
 {
@@ -46,11 +46,18 @@ static double lower_bound(const struct md__page *pg, const struct md__score_in *
 	return pg->lb_static;
 }
 
+static const struct md__param_key keys[] = {
+	{.name = "random.seed", .kind = MD__KEY_U64, .off = MD__PARAM_OFF(random_seed),
+	 .ilo = 0, .ihi = UINT64_MAX, .idflt = 1},
+};
+
 const struct md__policy md__policy_random = {
-	.name = "random",
+	.name = md__policy_builtin_names[MD_POLICY_RANDOM],
 	.score = score,
 	.static_bound = static_bound,
 	.lower_bound = lower_bound,
 	.is_sink = NULL,
 	.window_pages = NULL,
+	.keys = keys,
+	.n_keys = sizeof(keys) / sizeof(keys[0]),
 };

@@ -2,12 +2,13 @@
  * policy_test_lifo.c — a policy that exists only in test builds
  * (MEMDECAY_TEST_POLICY, tests/host.cmake): newest page first,
  *   score = 1 / (1 + first_pos).
- * It is added exactly as docs/policies.md "Adding a policy" says (this file,
- * one row in policy.c's table, one value in enum md_policy_id), so the tests
- * that run it show that nothing else has to change.  A production build
- * compiles this file to nothing.
+ * It is added exactly as docs/policies.md "Adding a policy" says (this file
+ * and one row in policy.c's table; its id, MD__POLICY_TEST_LIFO, is a
+ * host-side one after the ABI's, policy.h), so the tests that run it show
+ * that nothing else has to change.  A production build compiles this file to
+ * nothing.
  */
-#include "host_internal.h"
+#include "policy.h"
 
 #ifdef MEMDECAY_TEST_POLICY
 
