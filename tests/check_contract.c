@@ -691,6 +691,64 @@ START_TEST(test_settle_outcomes)
 }
 END_TEST
 
+/* The engine's page budget: the same wait, on live pages instead of a
+ * sequence's tokens. */
+START_TEST(test_settle_engine)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct engine en = { .c = c };
+	struct md_settle_result res;
+	uint32_t s[8];
+	open_pages(c, 0, 8, 0, s);
+
+	/* no page budget: never waits */
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 1000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 0);
+
+	f.params->seq = 3;
+	f.params->budget_engine_pages = 6;
+	f.params->seq = 4;
+	/* 8 pages + 1 > 6 + 4 slack: no */
+	ck_assert_int_eq(md_settle_engine(c, 1, 4, 1000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.waited, 0);
+
+	/* over: the decision comes after 30 ms and makes room for one page */
+	struct later l = { .f = &f, .c = c, .slots = { s[0], s[1], s[2] }, .n = 3,
+			   .delay_ms = 30 };
+	pthread_t th;
+	pthread_create(&th, NULL, later_run, &l);
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 2000, engine_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 1);
+	ck_assert_uint_eq(res.applied, 3);
+	ck_assert_uint_eq(md_client_live_pages(c), 5);
+
+	/* no decision: a bounded wait */
+	f.params->seq = 5;
+	f.params->budget_engine_pages = 2;
+	f.params->seq = 6;
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 40, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_TIMEOUT);
+	ck_assert_uint_ge(res.wait_ns, 40000000ull);
+
+	/* one eviction and nothing more: unreachable */
+	fake_cmd(&f, c, s[3]);
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 2000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_UNREACHABLE);
+	ck_assert_uint_eq(res.applied, 1);
+
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 10, NULL, &en, &res), -EINVAL);
+	md_client_detach(c);
+	ck_assert_int_eq(md_settle_engine(c, 1, 0, 10, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_DETACHED);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
 START_TEST(test_settle_apply_error)
 {
 	struct fake f;
@@ -795,6 +853,7 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_reattach_republishes_options);
 	tcase_add_test(tc, test_apply_commands);
 	tcase_add_test(tc, test_settle_outcomes);
+	tcase_add_test(tc, test_settle_engine);
 	tcase_add_test(tc, test_settle_apply_error);
 	tcase_add_test(tc, test_maintain_reattaches);
 	tcase_add_test(tc, test_contract_no_allocation);

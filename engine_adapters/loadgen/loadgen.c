@@ -367,22 +367,19 @@ static void note_occupancy(uint64_t budget)
  * daemon found dead meanwhile hands over to the local fallback.  This is the
  * engine page budget, which md_settle (per-sequence budgets) does not cover:
  * loadgen checks that the daemon keeps it within one page. */
+/* Before a new page: at the engine's page budget, the library waits for the
+ * daemon's decision (md_settle_engine, applying through apply_one); detached,
+ * the adapter's own fallback makes room. */
 static void make_room(const struct md_params_view *pv)
 {
 	uint64_t budget = budget_pages(pv);
 	if (!budget || occupancy < budget + 1)
 		return;
-	uint64_t deadline = md_now_ns() + (uint64_t)o.wait_ms * 1000000u;
-	while (occupancy >= budget + 1 && md_client_attached(cl)) {
-		uint64_t t = md_now_ns();
-		if (t >= deadline) {
+	if (md_client_attached(cl)) {
+		struct md_settle_result r;
+		if (md_settle_engine(cl, 1, 1, (int)o.wait_ms, apply_one, (void *)pv, &r) == 0 &&
+		    r.outcome == MD_SETTLE_TIMEOUT)
 			st.wait_timeouts++;
-			return;
-		}
-		int left = (int)((deadline - t) / 1000000u) + 1;
-		(void)md_wait_commands(cl, left > 20 ? 20 : left);
-		apply_commands(pv);
-		md_client_check(cl, o.hb_timeout_ms);
 	}
 	if (!md_client_attached(cl) && o.fallback)
 		while (occupancy >= budget + 1 && local_evict(pv))

@@ -319,6 +319,36 @@ class Contract(unittest.TestCase):
         self.assertEqual(c.seq_pages(0), sorted(live, key=live.get))
         c.close()
 
+    def test_settle_engine_pages(self):
+        """The engine's page budget: settle_engine waits for the daemon's
+        decision and applies it through the callback."""
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=64,
+                            max_seqs=2, budget_engine_pages=4, engine_name="py-engine-budget")
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        live = set()
+        for i in range(10):
+            slot, _ = c.page_open(0, i * 16, 16, user)
+            live.add(slot)
+        b = c.batch()
+        for n, slot in enumerate(live):
+            b.slots[n], b.mass[n], b.refresh[n] = slot, 0.1, 0
+        c.publish(b, len(live), steps=[(0, 160)])
+
+        def apply(ev):
+            live.discard(ev.slot)
+            c.page_free(ev.slot, memdecay.EVICTED)
+            return True
+        r = c.settle_engine(1, 0, 3000, apply=apply)
+        self.assertIn(r.outcome, (memdecay.Settle.OK, memdecay.Settle.UNREACHABLE))
+        self.assertGreater(r.applied, 0)
+        self.assertEqual(c.live_pages(), len(live))
+        if r.outcome == memdecay.Settle.OK:
+            self.assertLessEqual(len(live) + 1, 4)
+        with self.assertRaises(ValueError):
+            c.settle_engine(1)
+        c.close()
+
     def test_floor_knows_the_policy_window(self):
         """h2o protects a window of newest pages that the parameter block does
         not carry: the daemon publishes the count, the library's floor uses it."""

@@ -275,6 +275,16 @@ int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_next, uint32
 	      uint32_t slack_tokens, int timeout_ms, md_apply_fn apply, void *ctx,
 	      struct md_settle_result *res);
 
+/* The same wait for the engine's page budget (the parameter block's
+ * budget_engine_pages, which includes a global budget's share): before a step
+ * that opens n_next_pages pages, the engine must hold at most budget +
+ * slack_pages pages.  No floor (the daemon's engine scope spans every
+ * sequence) and no suppression: UNREACHABLE ends a wait the daemon cannot
+ * help.  Returns at once when the engine has no page budget. */
+int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t slack_pages,
+		     int timeout_ms, md_apply_fn apply, void *ctx,
+		     struct md_settle_result *res);
+
 /* Call at every step boundary: checks the daemon (md_client_check), and when
  * detached tries to reattach: one retry_ms (0: 1000) after the loss, then at
  * doubling periods up to 2 s (or retry_ms if longer), republishing every live

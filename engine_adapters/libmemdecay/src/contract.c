@@ -94,12 +94,32 @@ static uint32_t count_over(struct md_client *c, const uint32_t *seqs, const uint
 	return over;
 }
 
+/* One wait: what it applies through, and which limit it waits for (a set of
+ * sequences, or the engine's page budget). */
 struct settle {
 	struct md_client *c;
 	md_apply_fn apply;
 	void *ctx;
 	struct md_settle_result *res;
+	/* sequences */
+	const uint32_t *seqs, *n_next;
+	uint32_t n_seqs, slack;
+	const uint8_t *skip;
+	/* the engine: pages after the step, its limit */
+	uint32_t n_next_pages;
+	uint64_t page_limit;
+	uint32_t (*over)(const struct settle *s);
 };
+
+static uint32_t seqs_over(const struct settle *s)
+{
+	return count_over(s->c, s->seqs, s->n_next, s->n_seqs, s->slack, s->skip);
+}
+
+static uint32_t engine_over(const struct settle *s)
+{
+	return (uint64_t)s->c->live_pages + s->n_next_pages > s->page_limit;
+}
 
 /* Applies what is pending; returns the pages freed or apply's error. */
 static int settle_apply(struct settle *s)
@@ -115,6 +135,55 @@ static int settle_sleep(struct settle *s, int ms)
 {
 	(void)md_wait_commands(s->c, ms);
 	return md_client_check(s->c, s->c->hb_timeout_ms);
+}
+
+/* Waits while s->over() says something is over its limit; returns the
+ * outcome, or apply's negative error. */
+static int settle_loop(struct settle *s, int timeout_ms)
+{
+	struct md_settle_result *res = s->res;
+	int rc;
+	res->waited = 1;
+	uint64_t t0 = md_now_ns();
+	uint64_t deadline = t0 + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
+	/* Pages freed at entry are a decision too: the daemon's answer to the
+	 * pages published before this call. */
+	uint32_t decided = 0;
+	int outcome = MD_SETTLE_OK;
+	uint32_t over = s->over(s);
+	while (over) {
+		if (res->applied != decided) {
+			/* The daemon decided and evicted what it could in one go; if
+			 * nothing more comes at once, that is as low as it gets. */
+			decided = res->applied;
+			if (!settle_sleep(s, MD__QUIET_MS)) {
+				outcome = MD_SETTLE_DETACHED;
+				break;
+			}
+			if ((rc = settle_apply(s)) < 0)
+				return rc;
+			if (res->applied == decided) {
+				outcome = s->over(s) ? MD_SETTLE_UNREACHABLE : MD_SETTLE_OK;
+				break;
+			}
+		} else {
+			uint64_t now = md_now_ns();
+			if (now >= deadline) {
+				outcome = MD_SETTLE_TIMEOUT;
+				break;
+			}
+			uint64_t left = (deadline - now + 999999) / 1000000;
+			if (!settle_sleep(s, left > MD__WAIT_SLICE_MS ? MD__WAIT_SLICE_MS : (int)left)) {
+				outcome = MD_SETTLE_DETACHED;
+				break;
+			}
+			if ((rc = settle_apply(s)) < 0)
+				return rc;
+		}
+		over = s->over(s);
+	}
+	res->wait_ns = md_now_ns() - t0;
+	return outcome;
 }
 
 MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_next,
@@ -134,14 +203,16 @@ MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_n
 		res->outcome = MD_SETTLE_DETACHED;
 		return 0;
 	}
-	struct settle s = { c, apply, ctx, res };
+	uint8_t skip[MD_MAX_SEQS_MAX];
+	struct settle s = { .c = c, .apply = apply, .ctx = ctx, .res = res, .seqs = seqs,
+			    .n_next = n_next, .n_seqs = n_seqs, .slack = slack_tokens,
+			    .skip = skip, .over = seqs_over };
 	int rc = settle_apply(&s);
 	if (rc < 0)
 		return rc;
 
 	/* A sequence whose last wait timed out waits again only once the daemon
 	 * has evicted from it since. */
-	uint8_t skip[MD_MAX_SEQS_MAX];
 	uint32_t over = 0, suppressed = 0;
 	for (uint32_t i = 0; i < n_seqs; i++) {
 		uint32_t q = seqs[i];
@@ -160,46 +231,9 @@ MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_n
 		res->outcome = suppressed ? MD_SETTLE_SUPPRESSED : MD_SETTLE_OK;
 		return 0;
 	}
-
-	res->waited = 1;
-	uint64_t t0 = md_now_ns();
-	uint64_t deadline = t0 + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
-	/* Pages freed at entry are a decision too: the daemon's answer to the
-	 * pages published before this call. */
-	uint32_t decided = 0;
-	uint32_t outcome = MD_SETTLE_OK;
-	while (over) {
-		if (res->applied != decided) {
-			/* The daemon decided and evicted what it could in one go; if
-			 * nothing more comes at once, that is as low as it gets. */
-			decided = res->applied;
-			if (!settle_sleep(&s, MD__QUIET_MS)) {
-				outcome = MD_SETTLE_DETACHED;
-				break;
-			}
-			if ((rc = settle_apply(&s)) < 0)
-				return rc;
-			if (res->applied == decided) {
-				over = count_over(c, seqs, n_next, n_seqs, slack_tokens, skip);
-				outcome = over ? MD_SETTLE_UNREACHABLE : MD_SETTLE_OK;
-				break;
-			}
-		} else {
-			uint64_t now = md_now_ns();
-			if (now >= deadline) {
-				outcome = MD_SETTLE_TIMEOUT;
-				break;
-			}
-			uint64_t left = (deadline - now + 999999) / 1000000;
-			if (!settle_sleep(&s, left > MD__WAIT_SLICE_MS ? MD__WAIT_SLICE_MS : (int)left)) {
-				outcome = MD_SETTLE_DETACHED;
-				break;
-			}
-			if ((rc = settle_apply(&s)) < 0)
-				return rc;
-		}
-		over = count_over(c, seqs, n_next, n_seqs, slack_tokens, skip);
-	}
+	int outcome = settle_loop(&s, timeout_ms);
+	if (outcome < 0)
+		return outcome;
 	if (outcome == MD_SETTLE_TIMEOUT) {
 		for (uint32_t i = 0; i < n_seqs; i++) {
 			uint32_t q = seqs[i];
@@ -207,8 +241,41 @@ MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_n
 				c->seq_suppress[q] = c->seq_evicted[q] + 1;
 		}
 	}
-	res->outcome = outcome;
-	res->wait_ns = md_now_ns() - t0;
+	res->outcome = (uint32_t)outcome;
+	return 0;
+}
+
+MD__EXPORT int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t slack_pages,
+				int timeout_ms, md_apply_fn apply, void *ctx,
+				struct md_settle_result *res)
+{
+	struct md_settle_result local;
+	if (!res)
+		res = &local;
+	*res = (struct md_settle_result){ .outcome = MD_SETTLE_OK };
+	if (!c || !apply)
+		return -EINVAL;
+	if (!c->attached) {
+		res->outcome = MD_SETTLE_DETACHED;
+		return 0;
+	}
+	struct md_params_view pv;
+	(void)md_client_params(c, &pv);   /* a refused block: the last good copy */
+	if (!pv.budget_engine_pages)
+		return 0;
+	struct settle s = { .c = c, .apply = apply, .ctx = ctx, .res = res,
+			    .n_next_pages = n_next_pages,
+			    .page_limit = pv.budget_engine_pages + slack_pages,
+			    .over = engine_over };
+	int rc = settle_apply(&s);
+	if (rc < 0)
+		return rc;
+	if (!engine_over(&s))
+		return 0;
+	int outcome = settle_loop(&s, timeout_ms);
+	if (outcome < 0)
+		return outcome;
+	res->outcome = (uint32_t)outcome;
 	return 0;
 }
 

@@ -382,6 +382,19 @@ class Client:
         self._after_callback(rc, err, "settle sequences %s" % seqs)
         return SettleResult(Settle(res.outcome), res.applied, bool(res.waited), res.wait_ns)
 
+    def settle_engine(self, n_next_pages=1, slack_pages=0, timeout_ms=250, apply=None):
+        """The same wait for the engine's page budget: before a step that
+        opens n_next_pages pages, while the engine holds more than its page
+        budget + slack_pages (md_settle_engine).  Returns a SettleResult."""
+        if apply is None:
+            raise ValueError("settle_engine needs apply, the engine's way to free a page")
+        res = _SettleResult()
+        cb, err = self._callback(apply)
+        rc = self._lib.md_settle_engine(self._c, n_next_pages, slack_pages, int(timeout_ms),
+                                        cb, None, ctypes.byref(res))
+        self._after_callback(rc, err, "settle the engine's pages")
+        return SettleResult(Settle(res.outcome), res.applied, bool(res.waited), res.wait_ns)
+
     def maintain(self, heartbeat_timeout_ms=0, retry_ms=0):
         """At every step boundary: checks the daemon and, detached, tries to
         reattach (at most every retry_ms, 0: 1000, backing off to 2 s),

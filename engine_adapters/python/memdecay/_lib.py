@@ -121,6 +121,7 @@ _PROTOS = {
     "md_seq_protected_pages": (_u32, [_p, _u32]),
     "md_apply_commands": (_I, [_p, APPLY_FN, _p]),
     "md_settle": (_I, [_p, _p, _p, _u32, _u32, _I, APPLY_FN, _p, _p]),
+    "md_settle_engine": (_I, [_p, _u32, _u32, _I, APPLY_FN, _p, _p]),
     "md_client_maintain": (_I, [_p, _u32, _u32]),
 }
 
