@@ -1,0 +1,150 @@
+"""Worker: the page mirror, vLLM's KV blocks as memdecayd pages.
+
+Each tracked request (`Req`) is one daemon sequence of its attachment; each KV
+block of B tokens is B/16 daemon pages, declared as vLLM schedules its tokens
+and labelled with the tokens' regions (api.py, offline.py); the blocks evicted
+so far are its holes.  `Mirror` holds the running requests, the finished ones
+retained for their session's next turn (sessions.py), and what a new request
+adopts from them."""
+import memdecay
+from memdecay import Region
+
+PAGE_TOKENS = memdecay.PAGE_TOKENS_MAX
+
+
+def pinned(regions, mask):
+    """Whether any of a page's token regions is pinned under the parameter block's mask."""
+    return any((mask >> x) & 1 for x in set(regions))
+
+
+class Req:
+    __slots__ = ("id", "klass", "seq", "prompt_regions", "n", "pages", "holes", "step_tokens",
+                 "acc", "acc_layers", "kept")
+
+    def __init__(self, req_id, klass, seq, prompt_regions):
+        self.id = req_id
+        self.klass = klass
+        self.seq = seq
+        self.prompt_regions = prompt_regions
+        self.n = 0                 # tokens declared
+        self.pages = {}            # page index -> [slot, gen, regions]
+        self.holes = set()         # evicted block indices
+        self.step_tokens = 0
+        self.acc = None            # this step's token mass over the kept tokens
+        self.acc_layers = 0
+        self.kept = None           # original block indices the attention saw, in order
+
+    def region_at(self, pos):
+        r = self.prompt_regions
+        return r[pos] if pos < len(r) else int(Region.ASSISTANT)
+
+
+class Mirror:
+    """The tracked requests' sequences and pages; counters: the worker's."""
+
+    def __init__(self, block_size, counters):
+        self.block_size = block_size
+        self.counters = counters
+        self.reqs = {}
+        self.retained = {}         # sessions.py: finished requests kept for their next turn
+        self.adopting = {}         # a new request id -> (retained id, tokens adopted)
+
+    def start(self, req_id, k, reg):
+        """A new sequence of attachment k for req_id, or None when k has none free."""
+        if not k.free_seqs:
+            self.release_oldest(k)
+        if not k.free_seqs:
+            return None
+        r = Req(req_id, k, k.free_seqs.pop(), reg)
+        self.reqs[req_id] = r
+        return r
+
+    def declare(self, r, end):
+        """Declares positions [r.n, end) in pages of 16, opening or growing each."""
+        k = r.klass
+        pos = r.n
+        while pos < end:
+            pidx = pos // PAGE_TOKENS
+            stop = min(end, (pidx + 1) * PAGE_TOKENS)
+            pg = r.pages.get(pidx)
+            new = [r.region_at(p) for p in range(pos, stop)]
+            if pg is None:
+                slot, gen = k.client.page_open(r.seq, pos, len(new), memdecay.labels(new))
+                r.pages[pidx] = [slot, gen, new]
+                k.owner[slot] = (r, pidx, gen)
+            else:
+                pg[2].extend(new)
+                k.client.page_grow(pg[0], len(pg[2]), memdecay.labels(pg[2]))
+            pos = stop
+        r.n = end
+
+    def drop(self, req_id):
+        """Ends req_id's sequence: its pages leave the daemon."""
+        r = self.reqs.pop(req_id, None)
+        if r is None:
+            return
+        k = r.klass
+        for pg in r.pages.values():
+            k.owner.pop(pg[0], None)
+        k.client.seq_end(r.seq)
+        k.free_seqs.append(r.seq)
+
+    # ---- sessions (sessions.py): a finished request's sequence goes on ----
+    def retain(self, req_id):
+        r = self.reqs.pop(req_id, None)
+        if r is not None:
+            r.step_tokens = 0
+            r.acc = r.kept = None
+            self.retained[req_id] = r
+
+    def release(self, key):
+        r = self.retained.pop(key, None)
+        if r is not None:
+            self.reqs[key] = r
+            self.drop(key)
+
+    def release_oldest(self, k):
+        for key, r in self.retained.items():
+            if r.klass is k:
+                self.release(key)
+                return
+
+    def adopt(self, req_id, k, reg, key, n_tokens):
+        """The retained sequence `key` goes on as request req_id: the same daemon
+        sequence and pages up to the cut (n_tokens, block-aligned), the pages
+        past it freed, the holes kept.  None when there is none to go on with
+        (the caller then starts a sequence and seeds it from vLLM's blocks)."""
+        r = self.retained.pop(key, None)
+        if r is None:
+            return None
+        if r.klass is not k:                # another budget or policy this turn
+            self.reqs[key] = r
+            self.drop(key)
+            return None
+        cut_page = n_tokens // PAGE_TOKENS
+        for pidx in [p for p in r.pages if p >= cut_page]:
+            pg = r.pages.pop(pidx)
+            k.owner.pop(pg[0], None)
+            k.client.page_free(pg[0], memdecay.FINISHED)
+        r.holes = {b for b in r.holes if b < n_tokens // self.block_size}
+        r.id = req_id
+        r.prompt_regions = reg
+        r.n = n_tokens
+        self.reqs[req_id] = r
+        self.counters["sessions_adopted"] += 1
+        return r
+
+    def seed(self, r, st, n_tokens):
+        """A new sequence for a request that adopted n_tokens of blocks this worker
+        holds no sequence for: pages for the kept blocks, holes where vLLM's
+        block list has the null block."""
+        ids = st.block_ids[0] if st.block_ids else []
+        bs = self.block_size
+        for b in range(n_tokens // bs):
+            if b < len(ids) and ids[b] == 0:
+                r.holes.add(b)
+                continue
+            r.n = b * bs
+            self.declare(r, (b + 1) * bs)
+        r.n = n_tokens
+        self.counters["sessions_seeded"] += 1
