@@ -9,6 +9,14 @@ target_link_libraries(check_client PRIVATE memdecay_static)
 # Count allocations made by the library on its hot paths.
 target_link_options(check_client PRIVATE -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc)
 
+# The engine contract (docs/adapters.md) against a fake 1.1 and 1.2 daemon.
+add_executable(check_contract ${CMAKE_CURRENT_LIST_DIR}/check_contract.c)
+target_link_libraries(check_contract PRIVATE memdecay_abi memdecay_static PkgConfig::CHECK
+  Threads::Threads)
+target_compile_definitions(check_contract PRIVATE _GNU_SOURCE)
+target_link_options(check_contract PRIVATE -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc)
+add_test(NAME check_contract COMMAND check_contract)
+
 if(TARGET memdecay-loadgen)
   add_test(NAME loadgen_fail_open
     COMMAND memdecay-loadgen --socket /nonexistent/memdecayd.sock --seqs 4

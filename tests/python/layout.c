@@ -51,6 +51,11 @@ int main(void)
 			  F(md_page_entry, resv0), F(md_page_entry, first_pos),
 			  F(md_page_entry, labels), F(md_page_entry, open_clock),
 			  F(md_page_entry, resv1)));
+	S(md_seq_options, (F(md_seq_options, size), F(md_seq_options, policy),
+			   F(md_seq_options, budget_sequence_tokens)));
+	S(md_settle_result, (F(md_settle_result, outcome), F(md_settle_result, applied),
+			     F(md_settle_result, waited), F(md_settle_result, resv),
+			     F(md_settle_result, wait_ns)));
 	printf("}\n");
 	return 0;
 }

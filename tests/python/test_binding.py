@@ -243,5 +243,100 @@ class WithDaemon(unittest.TestCase):
         c.close()
 
 
+class Contract(unittest.TestCase):
+    """The engine contract through the binding (docs/adapters.md): sequence
+    options, pages in order, the floor, commands through a Python callback,
+    settle and maintain."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.sock = os.path.join(self.dir.name, "memdecayd.sock")
+        self.d = None
+
+    def tearDown(self):
+        if self.d:
+            self.d.stop()
+        self.dir.cleanup()
+
+    def test_detached(self):
+        c = memdecay.Client(socket_path=self.sock, page_capacity=16, max_seqs=2)
+        self.assertEqual(c.seq_options(1), {"policy": None, "budget": None})
+        self.assertEqual(c.seq_set_options(1, policy=2, budget=48), memdecay.DETACHED)
+        self.assertEqual(c.seq_options(1), {"policy": 2, "budget": 48})
+        self.assertEqual(c.seq_budget_tokens(1), 48)
+        slots = [c.page_open(1, pos, 16, memdecay.labels([2] * 16))[0] for pos in (32, 0, 16)]
+        self.assertEqual(c.seq_pages(1), [slots[1], slots[2], slots[0]])
+        self.assertEqual(c.seq_live_tokens(1), 48)
+        self.assertEqual(c.seq_protected_pages(1), 2)     # 1 + protect_recent
+        self.assertEqual(c.seq_floor(1), 32)
+        self.assertEqual(c.apply_commands(lambda ev: True), 0)
+        r = c.settle([1], [1], 0, 1000, apply=lambda ev: True)
+        self.assertEqual(r.outcome, memdecay.Settle.DETACHED)
+        self.assertFalse(r.waited)
+        self.assertFalse(c.maintain(0, 10))
+        with self.assertRaises(memdecay.MemDecayError):
+            c.seq_set_options(2, budget=1)
+        with self.assertRaises(ValueError):
+            c.settle([1], [1, 2], apply=lambda ev: True)
+        c.seq_end(1)
+        self.assertEqual(c.seq_options(1), {"policy": None, "budget": None})
+        c.close()
+
+    def test_settle_and_callback_errors(self):
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=64,
+                            max_seqs=2, budget_sequence_tokens=64, engine_name="py-contract")
+        system = memdecay.labels([memdecay.Region.SYSTEM] * 16)
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        live = {}
+        for i in range(10):
+            slot, _ = c.page_open(0, i * 16, 16, system if i == 0 else user)
+            live[slot] = i
+        b = c.batch()
+        for n, slot in enumerate(live):
+            b.slots[n], b.mass[n], b.refresh[n] = slot, 0.1, 0
+        c.publish(b, len(live), steps=[(0, 160)])
+        self.assertEqual(c.seq_budget_tokens(0), 64)
+        self.assertEqual(c.seq_floor(0), 48)   # the system page and the two newest
+
+        def boom(ev):
+            raise KeyError("engine bug")
+        with self.assertRaises(KeyError):
+            wait_for(lambda: c.apply_commands(boom), what="a command")
+
+        freed = []
+
+        def apply(ev):
+            freed.append(live.pop(ev.slot))
+            c.page_free(ev.slot, memdecay.EVICTED)
+            return True
+        r = c.settle([0], [1], 16, 3000, apply=apply)
+        self.assertIn(r.outcome, (memdecay.Settle.OK, memdecay.Settle.UNREACHABLE))
+        self.assertNotIn(0, freed, "the system page was evicted")
+        if r.outcome == memdecay.Settle.OK:
+            self.assertLessEqual(c.seq_live_tokens(0) + 1, max(64, c.seq_floor(0)) + 16)
+        self.assertTrue(r.waited or r.applied)
+        self.assertEqual(c.seq_pages(0), sorted(live, key=live.get))
+        c.close()
+
+    def test_maintain_reattaches(self):
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=8,
+                            engine_name="py-maintain")
+        c.page_open(0, 0, 16, 0)
+        self.assertIn(c.seq_set_options(0, budget=32), (0, memdecay.NOTSUP))
+        self.assertTrue(c.maintain(0, 20))
+        self.d.stop(signal.SIGKILL)
+        wait_for(lambda: not c.maintain(50, 20), what="the client to notice the dead daemon")
+        self.d = Daemon(self.sock)
+        wait_for(lambda: c.maintain(0, 20), what="maintain to reattach")
+        self.assertEqual(c.counters()["reattaches"], 1)
+        self.assertEqual(c.seq_options(0)["budget"], 32)
+        wait_for(lambda: [e for e in self.d.json("stats")["engines"]
+                          if e["id"] == c.engine_id and e["pages_live"] == 1],
+                 what="the live page republished to the new daemon")
+        c.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

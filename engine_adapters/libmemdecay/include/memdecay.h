@@ -229,6 +229,10 @@ int md_seq_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_t cap
  * the sequence (1.2: tail page, protect_recent and a policy's window such as
  * h2o's), else 1 + protect_recent. */
 uint64_t md_seq_floor(md_client *c, uint32_t seq);
+/* That count of newest protected pages (first position order, tail page
+ * included): an engine that checks the daemon's decisions (memdecay-loadgen)
+ * tells a protected page by its rank in md_seq_pages. */
+uint32_t md_seq_protected_pages(md_client *c, uint32_t seq);
 
 /* The engine frees one commanded page: it drops the page from its own cache
  * and reports it with md_page_free(c, ev->slot, MD_FREE_EVICTED).  Return 1

@@ -294,6 +294,32 @@ static int validate(struct md_client *c, struct md__attach *a, uint32_t engine_i
 			if (overlap(d_off[i], d_sz[i], d_off[j], d_sz[j]))
 				goto bad_off;
 	}
+	/* 1.2: the per-sequence arrays.  Offset 0, or a segment of an older
+	 * minor (whose table had reserved zeros there), means none. */
+	struct md_engine_offsets eo2 = *eo;
+	struct md_daemon_offsets do2 = *doff;
+	if (eh.abi_minor < 2)
+		eo2.seq_opts = 0;
+	if (dh.abi_minor < 2)
+		do2.seq_protect = 0;
+	if (eo2.seq_opts) {
+		uint64_t x = eo2.seq_opts, sz = (uint64_t)c->max_seqs * sizeof(struct md_seq_opts);
+		if (!region_ok(x, sz, eh.header_size, es))
+			goto bad_off;
+		for (int j = 0; j < 4; j++)
+			if (overlap(x, sz, e_off[j], e_sz[j]))
+				goto bad_off;
+		if (c->stats_cuda && overlap(x, sz, eo->cuda_ring_export, MD_CUDA_RING_EXPORT_SIZE))
+			goto bad_off;
+	}
+	if (do2.seq_protect) {
+		uint64_t x = do2.seq_protect, sz = (uint64_t)c->max_seqs * sizeof(uint32_t);
+		if (!region_ok(x, sz, dh.header_size, ds))
+			goto bad_off;
+		for (int j = 0; j < 3; j++)
+			if (overlap(x, sz, d_off[j], d_sz[j]))
+				goto bad_off;
+	}
 	a->g.page_tokens = c->page_tokens;
 	a->g.page_capacity = c->page_capacity;
 	a->g.max_seqs = c->max_seqs;
@@ -301,8 +327,8 @@ static int validate(struct md_client *c, struct md__attach *a, uint32_t engine_i
 	a->g.cmd_capacity = dh.cmd_capacity;
 	a->g.engine_id = engine_id;
 	a->g.instance_id = instance;
-	a->g.eoff = *eo;
-	a->g.doff = *doff;
+	a->g.eoff = eo2;
+	a->g.doff = do2;
 	return 0;
 bad_off:
 	md__set_error(c, "segment offsets table out of bounds or overlapping");
@@ -464,6 +490,9 @@ int md__attach(struct md_client *c, struct md__attach *a)
 	a->seq_clock = (uint64_t *)(e + a->g.eoff.seq_clock);
 	a->dctrl = (const struct md_daemon_ctrl *)(d + a->g.doff.ctrl);
 	a->params = (const struct md_param_block *)(d + a->g.doff.params);
+	a->seq_opts = a->g.eoff.seq_opts ? (struct md_seq_opts *)(e + a->g.eoff.seq_opts) : NULL;
+	a->seq_protect = a->g.doff.seq_protect
+		       ? (const uint32_t *)(d + a->g.doff.seq_protect) : NULL;
 
 	/* Both words start at 0 on a fresh attachment, before the views read them. */
 	md_store_release(&a->ectrl->stats_tail, 0);

@@ -198,6 +198,19 @@ static struct md_stats_rec *lifecycle_rec(struct md_client *c, uint16_t type, ui
 	return r;
 }
 
+/* The same, for the files beside this one (seq.c): lifecycle records are
+ * never on the hot path, so a call across files costs nothing that matters. */
+struct md_stats_rec *md__lifecycle_rec(struct md_client *c, uint16_t type, uint32_t seq,
+				       uint32_t slot, uint32_t gen, uint64_t clock)
+{
+	return lifecycle_rec(c, type, seq, slot, gen, clock);
+}
+
+void md__rec_publish(struct md_client *c, struct md_stats_rec *r)
+{
+	rec_publish(c, r);
+}
+
 /* ---- create / destroy ---- */
 
 static void detach(struct md_client *c)
@@ -226,6 +239,7 @@ static void seed_segment(struct md_client *c)
 			any = 1;
 		}
 	}
+	any |= md__seq_opts_seed(c);
 	uint64_t now = md_now_ns();
 	md_store_relaxed(&c->a.ectrl->heartbeat_ns, now);
 	if (any)
@@ -273,7 +287,10 @@ MD__EXPORT void md_client_destroy(md_client *c)
 	free(c->slot_next);
 	free(c->slot_prev);
 	free(c->seq_head);
+	free(c->seq_tail);
+	free(c->seq_tokens);
 	free(c->clock);
+	md__seq_state_free(c);
 	free(c);
 }
 
@@ -317,10 +334,12 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	c->slot_next = malloc((size_t)c->page_capacity * sizeof(uint32_t));
 	c->slot_prev = malloc((size_t)c->page_capacity * sizeof(uint32_t));
 	c->seq_head = malloc((size_t)c->max_seqs * sizeof(uint32_t));
+	c->seq_tail = malloc((size_t)c->max_seqs * sizeof(uint32_t));
+	c->seq_tokens = calloc(c->max_seqs, sizeof(uint64_t));
 	c->clock = calloc(c->max_seqs, sizeof(uint64_t));
 	if (!c->socket_path || !c->engine_name || (cfg->policy && !c->policy) || !c->mirror ||
 	    !c->pending || !c->free_stack || !c->slot_next || !c->slot_prev || !c->seq_head ||
-	    !c->clock) {
+	    !c->seq_tail || !c->seq_tokens || !c->clock || md__seq_state_alloc(c) < 0) {
 		md_client_destroy(c);
 		return -ENOMEM;
 	}
@@ -331,7 +350,7 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	}
 	c->free_top = c->page_capacity;
 	for (uint32_t q = 0; q < c->max_seqs; q++)
-		c->seq_head[q] = MD__NO_SLOT;
+		c->seq_head[q] = c->seq_tail[q] = MD__NO_SLOT;
 	set_default_params(&c->params_cache);
 	c->attach_error = MD_EDETACHED;
 	*out = c;
@@ -513,14 +532,26 @@ MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 
 /* ---- page lifecycle ---- */
 
+/* A sequence's pages stay in first-position order, the daemon's page order
+ * (md_seq_pages, md_seq_floor).  Engines open pages at growing positions, so
+ * the walk back from the newest page stops at once: O(1) in practice. */
 static void list_add(struct md_client *c, uint32_t seq, uint32_t slot)
 {
-	uint32_t h = c->seq_head[seq];
-	c->slot_prev[slot] = MD__NO_SLOT;
-	c->slot_next[slot] = h;
-	if (h != MD__NO_SLOT)
-		c->slot_prev[h] = slot;
-	c->seq_head[seq] = slot;
+	uint64_t pos = c->mirror[slot].first_pos;
+	uint32_t p = c->seq_tail[seq];
+	while (p != MD__NO_SLOT && c->mirror[p].first_pos > pos)
+		p = c->slot_prev[p];
+	uint32_t n = p == MD__NO_SLOT ? c->seq_head[seq] : c->slot_next[p];
+	c->slot_prev[slot] = p;
+	c->slot_next[slot] = n;
+	if (p != MD__NO_SLOT)
+		c->slot_next[p] = slot;
+	else
+		c->seq_head[seq] = slot;
+	if (n != MD__NO_SLOT)
+		c->slot_prev[n] = slot;
+	else
+		c->seq_tail[seq] = slot;
 }
 
 static void list_del(struct md_client *c, uint32_t seq, uint32_t slot)
@@ -532,6 +563,8 @@ static void list_del(struct md_client *c, uint32_t seq, uint32_t slot)
 		c->seq_head[seq] = n;
 	if (n != MD__NO_SLOT)
 		c->slot_prev[n] = p;
+	else
+		c->seq_tail[seq] = p;
 	c->slot_next[slot] = c->slot_prev[slot] = MD__NO_SLOT;
 }
 
@@ -558,6 +591,7 @@ MD__EXPORT int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint
 	m->open_clock = c->clock[seq];
 	c->pending[s] = 0;
 	list_add(c, seq, s);
+	c->seq_tokens[seq] += n_tokens;
 	c->live_pages++;
 	if (slot)
 		*slot = s;
@@ -586,6 +620,7 @@ MD__EXPORT int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint
 		return MD_ESTALE;
 	if (n_tokens < m->n_tokens)
 		return -EINVAL;
+	c->seq_tokens[m->seq] += n_tokens - m->n_tokens;
 	m->n_tokens = (uint16_t)n_tokens;
 	m->labels = labels;
 	pt_write(c, slot);
@@ -610,10 +645,12 @@ static int page_free(struct md_client *c, uint32_t slot, uint32_t reason)
 	m->state = MD_PAGE_FREE;
 	c->pending[slot] = 0;
 	list_del(c, seq, slot);
+	c->seq_tokens[seq] -= m->n_tokens;
 	c->free_stack[c->free_top++] = slot;
 	c->live_pages--;
 	pt_write(c, slot);
 	if (reason == MD_FREE_EVICTED) {
+		c->seq_evicted[seq]++;
 		c->ctr.cmds_applied++;
 		if (c->attached) {
 			struct md_engine_ctrl *ec = c->a.ectrl;
@@ -644,12 +681,13 @@ MD__EXPORT int md_seq_end(md_client *c, uint32_t seq)
 {
 	if (seq >= c->max_seqs)
 		return -EINVAL;
-	/* Pages first, one PAGE_FREE each, so the daemon never holds a page
-	 * of a sequence that no longer exists. */
-	while (c->seq_head[seq] != MD__NO_SLOT)
-		(void)page_free(c, c->seq_head[seq], MD_FREE_FINISHED);
+	/* Pages first, newest first, one PAGE_FREE each, so the daemon never
+	 * holds a page of a sequence that no longer exists. */
+	while (c->seq_tail[seq] != MD__NO_SLOT)
+		(void)page_free(c, c->seq_tail[seq], MD_FREE_FINISHED);
 	uint64_t clock = c->clock[seq];
 	c->clock[seq] = 0;
+	md__seq_opts_reset(c, seq);   /* SEQ_END resets the daemon's copy too */
 	if (!c->attached)
 		return MD_EDETACHED;
 	md_store_release(&c->a.seq_clock[seq], 0);

@@ -39,6 +39,8 @@ struct md__attach {
 	const struct md_param_block *params;
 	struct md_ring_prod stats;
 	struct md_ring_cons cmds;
+	struct md_seq_opts *seq_opts;     /* 1.2: [max_seqs], NULL: the daemon has none */
+	const uint32_t *seq_protect;      /* 1.2: [max_seqs], NULL: the daemon has none */
 };
 
 struct md_client {
@@ -64,12 +66,20 @@ struct md_client {
 	uint8_t *pending;                 /* 1: handed out by poll, not yet freed */
 	uint32_t *free_stack;
 	uint32_t free_top;
-	uint32_t *slot_next, *slot_prev;  /* per-sequence doubly linked page lists */
-	uint32_t *seq_head;
+	uint32_t *slot_next, *slot_prev;  /* per-sequence page lists, first_pos ascending */
+	uint32_t *seq_head, *seq_tail;    /* oldest and newest page of each sequence */
+	uint64_t *seq_tokens;             /* live tokens of each sequence */
 	uint64_t *clock;                  /* per-sequence clocks */
 	uint32_t live_pages;
 
 	struct md_params_view params_cache;
+
+	/* the engine contract (seq.c, contract.c), per sequence */
+	struct md_seq_opts *seq_opts;     /* the engine's own options (version unused) */
+	uint64_t *seq_evicted;            /* pages freed with MD_FREE_EVICTED */
+	uint64_t *seq_suppress;           /* seq_evicted + 1 at a settle timeout, 0: none */
+	uint32_t hb_timeout_ms;           /* md_client_maintain's, for md_settle's checks */
+	uint64_t retry_ns, next_retry_ns; /* md_client_maintain's reattach backoff */
 
 	struct md_client_counters ctr;
 	uint64_t proto_errors;
@@ -83,10 +93,20 @@ struct md_client {
 	void (*gpu_client_gone)(struct md_gpu *g); /* md_client_destroy with a publisher */
 };
 
-/* client.c, for gpu.c */
+/* client.c, for gpu.c, seq.c and contract.c */
 void md__request_resync(struct md_client *c);
 void md__lifecycle_dropped(struct md_client *c);
 void md__ring_daemon(struct md_client *c);
+struct md_stats_rec *md__lifecycle_rec(struct md_client *c, uint16_t type, uint32_t seq,
+				       uint32_t slot, uint32_t gen, uint64_t clock);
+void md__rec_publish(struct md_client *c, struct md_stats_rec *r);
+int md__page_pinned(const struct md_page_entry *m, uint32_t pinned_mask);
+
+/* seq.c, for client.c */
+int md__seq_state_alloc(struct md_client *c);
+void md__seq_state_free(struct md_client *c);
+void md__seq_opts_reset(struct md_client *c, uint32_t seq);
+int md__seq_opts_seed(struct md_client *c);
 
 /* attach.c */
 int md__attach(struct md_client *c, struct md__attach *out);

@@ -17,16 +17,23 @@ the fail-open answers (`DETACHED`, `FULL`), which are returned.
         ...free the page in the engine...
         c.page_free(ev.slot, EVICTED)
     c.check()                           # every step: heartbeat, liveness
+
+The engine contract (docs/adapters.md) is the library's too: per-sequence
+options (`seq_set_options`), the tokens the daemon never evicts (`seq_floor`),
+commands applied through a callback (`apply_commands`), the bounded wait when a
+sequence is over budget (`settle`) and reattach (`maintain`).
 """
+import collections
 import ctypes
 import enum
 
-from ._lib import (DETACHED, EVICTED, REFUSED, FINISHED, FULL, MemDecayError, load_library,
-                   strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry,
-                   _ParamsView)
+from ._lib import (APPLY_FN, DETACHED, EVICTED, NOTSUP, REFUSED, FINISHED, FULL, SEQ_ENGINE,
+                   MemDecayError, load_library, strerror, _BatchResult, _Config, _Counters,
+                   _Evict, _PageEntry, _ParamsView, _SeqOptions, _SettleResult)
 
-__all__ = ["Client", "Batch", "Region", "labels", "MemDecayError", "DETACHED", "FULL",
-           "FINISHED", "EVICTED", "PAGE_TOKENS_MAX", "load_library", "strerror", "control"]
+__all__ = ["Client", "Batch", "Region", "Settle", "SettleResult", "labels", "MemDecayError",
+           "DETACHED", "FULL", "NOTSUP", "FINISHED", "EVICTED", "PAGE_TOKENS_MAX",
+           "load_library", "strerror", "control"]
 
 PAGE_TOKENS_MAX = 16
 
@@ -41,6 +48,20 @@ class Region(enum.IntEnum):
     TOOL_OUT = 5
     RETRIEVAL = 6
     SCRATCHPAD = 7
+
+
+class Settle(enum.IntEnum):
+    """How `Client.settle` ended (enum md_settle_outcome)."""
+    OK = 0              # every sequence within its limit
+    UNREACHABLE = 1     # the daemon evicted what it could; still over (pinned, protected)
+    TIMEOUT = 2         # no decision within timeout_ms
+    SUPPRESSED = 3      # timed out before and the daemon has not evicted since: no wait
+    DETACHED = 4        # no daemon: fail-open, keep serving
+
+
+SettleResult = collections.namedtuple("SettleResult", "outcome applied waited wait_ns")
+SettleResult.__doc__ = """Result of `Client.settle`: outcome (a `Settle`), applied (pages
+the callback freed), waited (True if it waited at all), wait_ns."""
 
 
 def labels(regions):
@@ -278,3 +299,130 @@ class Client:
 
     def wait_commands(self, timeout_ms):
         return self._check(self._lib.md_wait_commands(self._c, timeout_ms), "wait for commands")
+
+    def apply_commands(self, fn):
+        """Hands every pending evict command to fn(ev) (an `Evict` with seq,
+        slot, gen, reason, decided_ns); returns the pages applied.  fn frees
+        the page in the engine and returns True, or returns False to keep it
+        (the daemon may command it again).  A page fn freed but did not report
+        with page_free(slot, EVICTED) is reported by the library.  An exception
+        in fn stops the loop and is raised here."""
+        cb, err = self._callback(fn)
+        rc = self._lib.md_apply_commands(self._c, cb, None)
+        return self._after_callback(rc, err, "apply commands")
+
+    # ---- the engine contract: sequences ----
+    def _policy_id(self, policy):
+        if policy is None:
+            return SEQ_ENGINE
+        if isinstance(policy, int):
+            return policy
+        f = getattr(self._lib, "md_policy_from_name", None)
+        if f is None:
+            raise ValueError("this libmemdecay has no policy names (md_policy_from_name): "
+                             "pass the policy id")
+        pid = f(str(policy).encode())
+        if pid < 0:
+            raise ValueError("unknown policy %r" % policy)
+        return pid
+
+    def seq_set_options(self, seq, policy=None, budget=None):
+        """A sequence's own options: policy (a name or id; None: the engine's)
+        and budget (tokens; 0: none; None: the engine's).  The daemon sees them
+        at once and again after every resync and reattach; seq_end resets them.
+        Returns 0, DETACHED (kept, the next daemon gets them) or NOTSUP (the
+        daemon is older than ABI 1.2: kept in the library, whose floor and
+        settle use them)."""
+        o = _SeqOptions()
+        self._lib.md_seq_options_init(ctypes.byref(o))
+        o.policy = self._policy_id(policy)
+        o.budget_sequence_tokens = -1 if budget is None else int(budget)
+        rc = self._lib.md_seq_set_options(self._c, seq, ctypes.byref(o))
+        if rc == NOTSUP:
+            return rc
+        return self._check(rc, "set the options of sequence %d" % seq)
+
+    def seq_options(self, seq):
+        """{"policy": id or None, "budget": tokens or None} (None: the engine's)."""
+        o = _SeqOptions()
+        self._check(self._lib.md_seq_get_options(self._c, seq, ctypes.byref(o)),
+                    "options of sequence %d" % seq)
+        return {"policy": None if o.policy == SEQ_ENGINE else o.policy,
+                "budget": None if o.budget_sequence_tokens < 0 else o.budget_sequence_tokens}
+
+    def seq_budget_tokens(self, seq):
+        """The budget in effect for seq: its own, else the engine's (0: none)."""
+        return self._lib.md_seq_budget_tokens(self._c, seq)
+
+    def seq_live_tokens(self, seq):
+        return self._lib.md_seq_live_tokens(self._c, seq)
+
+    def seq_pages(self, seq):
+        """seq's live slots, first position ascending (the daemon's order)."""
+        n = self._check(self._lib.md_seq_pages(self._c, seq, None, 0), "pages of %d" % seq)
+        buf = (ctypes.c_uint32 * max(n, 1))()
+        n = self._check(self._lib.md_seq_pages(self._c, seq, buf, n), "pages of %d" % seq)
+        return list(buf[:n])
+
+    def seq_floor(self, seq):
+        """Tokens of seq the daemon never evicts: pinned pages and its newest
+        protected pages (the daemon's published count, policy window included)."""
+        return self._lib.md_seq_floor(self._c, seq)
+
+    def seq_protected_pages(self, seq):
+        """How many of seq's newest pages the daemon protects."""
+        return self._lib.md_seq_protected_pages(self._c, seq)
+
+    # ---- the engine contract: waiting and staying attached ----
+    def settle(self, seqs, n_next=None, slack_tokens=0, timeout_ms=250, apply=None):
+        """Before a step that appends n_next[i] tokens to seqs[i]: applies
+        pending commands through apply (as apply_commands) and, while a
+        sequence holds more than max(budget, floor) + slack_tokens, waits up
+        to timeout_ms for the daemon's decision.  Returns a SettleResult;
+        outcome is a `Settle`.  Never waits when no sequence has a budget."""
+        if apply is None:
+            raise ValueError("settle needs apply, the engine's way to free a page")
+        seqs = list(seqs)
+        n = len(seqs)
+        qs = (ctypes.c_uint32 * max(n, 1))(*seqs)
+        nx = None
+        if n_next is not None:
+            n_next = list(n_next)
+            if len(n_next) != n:
+                raise ValueError("%d sequences, %d n_next" % (n, len(n_next)))
+            nx = (ctypes.c_uint32 * max(n, 1))(*n_next)
+        res = _SettleResult()
+        cb, err = self._callback(apply)
+        rc = self._lib.md_settle(self._c, qs, nx, n, slack_tokens, int(timeout_ms), cb, None,
+                                 ctypes.byref(res))
+        self._after_callback(rc, err, "settle sequences %s" % seqs)
+        return SettleResult(Settle(res.outcome), res.applied, bool(res.waited), res.wait_ns)
+
+    def maintain(self, heartbeat_timeout_ms=0, retry_ms=0):
+        """At every step boundary: checks the daemon and, detached, tries to
+        reattach (at most every retry_ms, 0: 1000, backing off to 2 s),
+        republishing every page and every sequence's options.  True while
+        attached."""
+        return bool(self._lib.md_client_maintain(self._c, heartbeat_timeout_ms, retry_ms))
+
+    @staticmethod
+    def _callback(fn):
+        """A C callback around fn: an exception never unwinds through C, it
+        is kept and raised after the call (the C side sees -1 and stops)."""
+        err = []
+
+        def cb(_ctx, evp):
+            if err:
+                return -1
+            try:
+                return 1 if fn(_Evict.from_buffer_copy(evp.contents)) else 0
+            except BaseException as e:   # noqa: B902 (re-raised after the C call)
+                err.append(e)
+                return -1
+        return APPLY_FN(cb), err
+
+    def _after_callback(self, rc, err, what):
+        if err:
+            raise err[0]
+        return self._check(rc, what)
+

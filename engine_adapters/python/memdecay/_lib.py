@@ -3,6 +3,7 @@ memdecay.h).  The structures mirror the C ones field for field; the test suite
 checks their sizes and offsets against the C compiler's (tests/python/)."""
 import ctypes
 import ctypes.util
+import errno
 import os
 
 # enum md_error and the page-free reasons (memdecay.h, memdecay_abi.h)
@@ -11,6 +12,8 @@ DETACHED = -1004
 FULL = -1005
 FINISHED = 0
 EVICTED = 1
+NOTSUP = -errno.ENOTSUP   # md_seq_set_options: a 1.0/1.1 daemon (kept in the mirror)
+SEQ_ENGINE = 0xFFFFFFFF   # MD_SEQ_ENGINE_U32: a sequence option left to the engine
 
 _u32, _u64, _i64, _u16 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint16
 REGIONS_MAX = 16   # MD_REGIONS_MAX (memdecay_abi.h); the layout test checks the sizes
@@ -58,9 +61,22 @@ class _PageEntry(ctypes.Structure):
                 ("labels", _u64), ("open_clock", _u64), ("resv1", _u64)]
 
 
+class _SeqOptions(ctypes.Structure):
+    _fields_ = [("size", _u32), ("policy", _u32), ("budget_sequence_tokens", _i64)]
+
+
+class _SettleResult(ctypes.Structure):
+    _fields_ = [("outcome", _u32), ("applied", _u32), ("waited", _u32), ("resv", _u32),
+                ("wait_ns", _u64)]
+
+
+# md_apply_fn: int (*)(void *ctx, const struct md_evict *ev)
+APPLY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_Evict))
+
 LAYOUTS = {"md_client_config": _Config, "md_params_view": _ParamsView, "md_evict": _Evict,
            "md_client_counters": _Counters, "md_batch_result": _BatchResult,
-           "md_page_entry": _PageEntry}
+           "md_page_entry": _PageEntry, "md_seq_options": _SeqOptions,
+           "md_settle_result": _SettleResult}
 
 _I = ctypes.c_int
 _PROTOS = {
@@ -91,6 +107,24 @@ _PROTOS = {
     "md_publish_batch": (_I, [_p, _p, _p, _u32, _p, _p, _p, _u32, _p]),
     "md_poll_commands": (_I, [_p, _p, ctypes.c_size_t]),
     "md_wait_commands": (_I, [_p, _I]),
+    # the engine contract (libmemdecay 0.3, docs/adapters.md)
+    "md_seq_options_init": (None, [_p]),
+    "md_seq_set_options": (_I, [_p, _u32, _p]),
+    "md_seq_get_options": (_I, [_p, _u32, _p]),
+    "md_seq_budget_tokens": (_u64, [_p, _u32]),
+    "md_seq_live_tokens": (_u32, [_p, _u32]),
+    "md_seq_pages": (_I, [_p, _u32, _p, _u32]),
+    "md_seq_floor": (_u64, [_p, _u32]),
+    "md_seq_protected_pages": (_u32, [_p, _u32]),
+    "md_apply_commands": (_I, [_p, APPLY_FN, _p]),
+    "md_settle": (_I, [_p, _p, _p, _u32, _u32, _I, APPLY_FN, _p, _p]),
+    "md_client_maintain": (_I, [_p, _u32, _u32]),
+}
+# Present in libmemdecay 0.3 builds that have the name lists; looked up when used.
+_OPTIONAL = {
+    "md_policy_from_name": (_I, [ctypes.c_char_p]),
+    "md_policy_name": (ctypes.c_char_p, [_u32]),
+    "md_region_name": (ctypes.c_char_p, [_u32]),
 }
 
 _loaded = {}
@@ -118,6 +152,10 @@ def load_library(path=None):
         for name, (res, args) in _PROTOS.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
+        for name, (res, args) in _OPTIONAL.items():
+            if hasattr(lib, name):
+                f = getattr(lib, name)
+                f.restype, f.argtypes = res, args
         _loaded[cand] = lib
         return lib
     raise OSError("libmemdecay not found (tried %s); set MEMDECAY_LIBRARY to the path of "

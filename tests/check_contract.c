@@ -1,0 +1,808 @@
+/*
+ * check_contract.c — the engine contract in libmemdecay (docs/adapters.md)
+ * against a fake daemon built in the test, in its ABI 1.2 form (per-sequence
+ * options in the engine segment, seq_protect in the daemon segment) and its
+ * 1.1 form: a sequence's pages in order and its live tokens, the evict floor
+ * with and without a published protected count, pinned pages, sequence
+ * options (mirror, segment entry, record, -ENOTSUP, reset, republish on
+ * reattach), commands through a callback, every md_settle outcome, and
+ * md_client_maintain reattaching after a daemon restart.
+ */
+#include <check.h>
+#include "test_util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memdecay.h"
+#include "memdecay_clock.h"
+#include "memdecay_ring.h"
+
+/* ---- allocation counter (-Wl,--wrap=malloc,calloc,realloc) ---- */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+static volatile long g_allocs;
+void *__wrap_malloc(size_t n) { g_allocs++; return __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { g_allocs++; return __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { g_allocs++; return __real_realloc(p, n); }
+
+/* ---- the fake daemon ---- */
+struct fake {
+	char dir[64], path[128];
+	int lfd, conn;
+	int v12;                    /* 1: ABI 1.2 segments */
+	uint32_t stats_cap, cmd_cap, P, cap, seqs;
+	char *eseg, *dseg;
+	uint64_t esz, dsz;
+	struct md_engine_offsets eo;
+	struct md_daemon_offsets doff;
+	struct md_daemon_ctrl *dctrl;
+	struct md_engine_ctrl *ectrl;
+	struct md_param_block *params;
+	uint32_t *protect;          /* seq_protect (1.2) */
+	struct md_ring_cons stats;
+	struct md_ring_prod cmds;
+	char hello[4096];
+	pthread_t th;
+};
+
+static uint32_t hello_u32(const char *line, const char *key)
+{
+	const char *p = strstr(line, key);
+	return p ? (uint32_t)strtoul(p + strlen(key), NULL, 10) : 0;
+}
+
+static int make_memfd(uint64_t size)
+{
+	int fd = memfd_create("fake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	return fd;
+}
+
+static void fake_segments(struct fake *f)
+{
+	uint32_t flags = f->v12 ? MD_ENGINE_LAYOUT_SEQ_OPTS : 0;
+	f->esz = md_engine_layout_ex(f->cap, f->seqs, f->stats_cap, flags, &f->eo);
+	f->dsz = f->v12 ? md_daemon_layout_ex(f->cmd_cap, f->seqs, &f->doff)
+			: md_daemon_layout(f->cmd_cap, &f->doff);
+}
+
+static void *fake_serve(void *arg)
+{
+	struct fake *f = arg;
+	f->conn = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (f->conn < 0)
+		return NULL;
+	size_t len = 0;
+	while (len < sizeof(f->hello) - 1 && !strchr(f->hello, '\n')) {
+		ssize_t n = read(f->conn, f->hello + len, sizeof(f->hello) - 1 - len);
+		if (n <= 0)
+			return NULL;
+		len += (size_t)n;
+		f->hello[len] = 0;
+	}
+	f->P = hello_u32(f->hello, "page_tokens=");
+	f->cap = hello_u32(f->hello, "page_capacity=");
+	f->seqs = hello_u32(f->hello, "max_seqs=");
+	fake_segments(f);
+	int efd = make_memfd(f->esz), dfd = make_memfd(f->dsz);
+	f->eseg = mmap(NULL, f->esz, PROT_READ | PROT_WRITE, MAP_SHARED, efd, 0);
+	f->dseg = mmap(NULL, f->dsz, PROT_READ | PROT_WRITE, MAP_SHARED, dfd, 0);
+	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
+	struct md_segment_header h = {
+		.abi_major = MD_ABI_MAJOR, .abi_minor = f->v12 ? 2 : 1,
+		.header_size = sizeof(struct md_segment_header), .engine_id = 3,
+		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
+		.stats_capacity = f->stats_cap, .cmd_capacity = f->cmd_cap, .instance_id = 9,
+	};
+	*eh = h;
+	eh->kind = MD_SEGMENT_ENGINE;
+	eh->segment_size = f->esz;
+	eh->off.engine = f->eo;
+	*dh = h;
+	dh->kind = MD_SEGMENT_DAEMON;
+	dh->segment_size = f->dsz;
+	dh->off.daemon = f->doff;
+	f->dctrl = (void *)(f->dseg + f->doff.ctrl);
+	f->ectrl = (void *)(f->eseg + f->eo.ctrl);
+	f->params = (void *)(f->dseg + f->doff.params);
+	f->protect = f->v12 ? (void *)(f->dseg + f->doff.seq_protect) : NULL;
+	f->dctrl->instance_id = 9;
+	f->params->tau = 0.01;
+	f->params->pinned_mask = 1;         /* system */
+	f->params->protect_recent = 1;
+	f->params->low_watermark = 1;
+	f->params->seq = 2;
+	md_store_release(&f->dctrl->heartbeat_ns, 1);
+	md_store_release(&eh->magic, MD_ABI_MAGIC);
+	md_store_release(&dh->magic, MD_ABI_MAGIC);
+	ck_assert_int_eq(fcntl(efd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(fcntl(dfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	int db_d = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int db_e = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ck_assert_int_eq(md_ring_cons_init(&f->stats, f->eseg + f->eo.stats_ring, f->stats_cap,
+					   sizeof(struct md_stats_rec), &f->ectrl->stats_tail,
+					   &f->dctrl->stats_head, 0), 0);
+	ck_assert_int_eq(md_ring_prod_init(&f->cmds, f->dseg + f->doff.cmd_ring, f->cmd_cap,
+					   sizeof(struct md_cmd), &f->dctrl->cmd_tail,
+					   &f->ectrl->cmd_head, 0), 0);
+	int fds[4] = { efd, dfd, db_d, db_e };
+	char line[] = "OK engine_id=3 instance=9\n";
+	struct iovec iov = { line, sizeof(line) - 1 };
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 4)]; } cm;
+	memset(&cm, 0, sizeof(cm));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	ssize_t w = sendmsg(f->conn, &mh, MSG_NOSIGNAL);
+	(void)w;
+	close(efd);
+	close(dfd);   /* the mappings keep the segments; the doorbells stay open */
+	return NULL;
+}
+
+static void fake_start_at(struct fake *f, int v12, const char *dir)
+{
+	memset(f, 0, sizeof(*f));
+	f->v12 = v12;
+	f->conn = -1;
+	f->stats_cap = 64;
+	f->cmd_cap = 16;
+	if (dir) {
+		snprintf(f->dir, sizeof(f->dir), "%s", dir);
+	} else {
+		snprintf(f->dir, sizeof(f->dir), "/tmp/mdcontract.XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(f->dir));
+	}
+	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	strcpy(sa.sun_path, f->path);
+	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f->lfd, 4), 0);
+	ck_assert_int_eq(pthread_create(&f->th, NULL, fake_serve, f), 0);
+}
+
+static void fake_kill(struct fake *f)
+{
+	if (f->conn >= 0)
+		close(f->conn);
+	f->conn = -1;
+	close(f->lfd);
+	unlink(f->path);
+}
+
+static void fake_stop(struct fake *f)
+{
+	fake_kill(f);
+	rmdir(f->dir);
+}
+
+static void cfg_for(struct md_client_config *cfg, const char *path)
+{
+	md_client_config_init(cfg);
+	cfg->socket_path = path;
+	cfg->engine_name = "contract";
+	cfg->page_capacity = 64;
+	cfg->max_seqs = 4;
+}
+
+static md_client *attach(struct fake *f, int v12)
+{
+	struct md_client_config cfg;
+	md_client *c = NULL;
+	fake_start_at(f, v12, NULL);
+	cfg_for(&cfg, f->path);
+	int rc = md_client_create_attached(&cfg, &c);
+	pthread_join(f->th, NULL);
+	ck_assert_msg(rc == 0, "attach: %s", md_strerror(rc));
+	return c;
+}
+
+static md_client *detached_client(void)
+{
+	struct md_client_config cfg;
+	md_client *c = NULL;
+	cfg_for(&cfg, "/nonexistent/memdecay.sock");
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert(!md_client_attached(c));
+	return c;
+}
+
+/* The next record of a type the fake has not consumed yet (0: none). */
+static int fake_find(struct fake *f, uint16_t type, struct md_stats_rec *out)
+{
+	struct md_stats_rec r;
+	while (md_ring_available(&f->stats) > 0) {
+		ck_assert_int_eq(md_ring_copy_next(&f->stats, &r), MD_RING_OK);
+		md_ring_release(&f->stats);
+		if (r.type == type) {
+			*out = r;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void fake_drain(struct fake *f)
+{
+	struct md_stats_rec r;
+	while (fake_find(f, MD_REC_NONE, &r))
+		;
+}
+
+static void fake_cmd(struct fake *f, md_client *c, uint32_t slot)
+{
+	struct md_page_entry e;
+	ck_assert_int_eq(md_page_info(c, slot, &e), 0);
+	struct md_cmd *m = md_ring_reserve(&f->cmds);
+	ck_assert_ptr_nonnull(m);
+	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = MD_EVICT_SEQUENCE_BUDGET,
+			      .seq = e.seq, .slot = slot, .gen = e.generation, .decided_ns = 1 };
+	md_ring_publish(&f->cmds, m);
+}
+
+/* n full pages of seq at positions 0, 16, ...: the first `system` of them
+ * system, the rest user.  Slots land in slots[]. */
+static void open_pages(md_client *c, uint32_t seq, uint32_t n, uint32_t system, uint32_t *slots)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t lab = i < system ? 0 : 0x2222222222222222ull;
+		uint32_t g;
+		int rc = md_page_open(c, seq, (uint64_t)i * 16, 16, lab, &slots[i], &g);
+		ck_assert(rc == 0 || rc == MD_EDETACHED);
+	}
+}
+
+/* ---- the engine's callback: frees the page, as an adapter does ---- */
+struct engine {
+	md_client *c;
+	int mode;          /* 0: free and report, 1: keep, 2: fail, 3: free, leave the report */
+	int calls;
+};
+
+static int engine_apply(void *ctx, const struct md_evict *ev)
+{
+	struct engine *e = ctx;
+	e->calls++;
+	switch (e->mode) {
+	case 1:
+		return 0;
+	case 2:
+		return -EIO;
+	case 3:
+		return 1;
+	default:
+		ck_assert_int_eq(md_page_free(e->c, ev->slot, MD_FREE_EVICTED), 0);
+		return 1;
+	}
+}
+
+/* ---- tests ---- */
+
+START_TEST(test_seq_pages_in_order)
+{
+	md_client *c = detached_client();
+	uint32_t s[4], g, got[8];
+	/* opened out of position order: the library keeps first-position order */
+	md_page_open(c, 1, 32, 16, 0, &s[2], &g);
+	md_page_open(c, 1, 0, 16, 0, &s[0], &g);
+	md_page_open(c, 1, 48, 3, 0, &s[3], &g);
+	md_page_open(c, 1, 16, 16, 0, &s[1], &g);
+	ck_assert_int_eq(md_seq_pages(c, 1, got, 8), 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(got[i], s[i]);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 1), 51);
+	ck_assert_int_eq(md_seq_pages(c, 1, got, 2), 4);   /* count, two filled */
+	ck_assert_int_eq(md_seq_pages(c, 0, got, 8), 0);
+	md_page_grow(c, s[3], 10, 0);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 1), 58);
+	md_page_free(c, s[1], MD_FREE_FINISHED);
+	ck_assert_int_eq(md_seq_pages(c, 1, got, 8), 3);
+	ck_assert_uint_eq(got[0], s[0]);
+	ck_assert_uint_eq(got[1], s[2]);
+	ck_assert_uint_eq(got[2], s[3]);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 1), 42);
+	md_seq_end(c, 1);
+	ck_assert_int_eq(md_seq_pages(c, 1, got, 8), 0);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 1), 0);
+	ck_assert_int_eq(md_seq_pages(c, 9, got, 8), -EINVAL);
+	ck_assert_int_eq(md_seq_pages(c, 1, NULL, 8), -EINVAL);
+	md_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_floor_without_published_count)
+{
+	/* detached: the library's defaults, system pinned, protect_recent 1 */
+	md_client *c = detached_client();
+	uint32_t s[6];
+	open_pages(c, 0, 6, 1, s);
+	ck_assert_uint_eq(md_seq_protected_pages(c, 0), 2);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 3 * 16);   /* system + two newest */
+	md_page_grow(c, s[5], 16, 0x2222222222222222ull);
+	md_page_free(c, s[5], MD_FREE_FINISHED);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 3 * 16);   /* the next two newest */
+	ck_assert_uint_eq(md_seq_floor(c, 2), 0);
+	md_client_destroy(c);
+
+	/* a 1.1 daemon: its parameter block's protect_recent and pinned mask */
+	struct fake f;
+	c = attach(&f, 0);
+	open_pages(c, 0, 6, 2, s);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 4 * 16);   /* 2 system + 2 newest */
+	f.params->seq = 3;
+	f.params->protect_recent = 3;
+	f.params->pinned_mask = 0;
+	f.params->seq = 4;
+	ck_assert_uint_eq(md_seq_protected_pages(c, 0), 4);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 4 * 16);   /* 4 newest, nothing pinned */
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_floor_with_published_count)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	uint32_t s[8];
+	open_pages(c, 0, 8, 1, s);
+	/* nothing published yet for the sequence: 1 + protect_recent */
+	ck_assert_uint_eq(md_seq_protected_pages(c, 0), 2);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 3 * 16);
+	/* a policy window (h2o's): the daemon protects the newest 5 */
+	md_store_release(&f.protect[0], 5);
+	ck_assert_uint_eq(md_seq_protected_pages(c, 0), 5);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 6 * 16);
+	/* a pinned page among the protected ones counts once */
+	md_store_release(&f.protect[0], 8);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 8 * 16);
+	/* detached, the published count is no longer known */
+	md_client_detach(c);
+	ck_assert_uint_eq(md_seq_floor(c, 0), 3 * 16);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_seq_options)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct md_seq_options o, got;
+	md_seq_options_init(&o);
+	ck_assert_uint_eq(o.size, sizeof(o));
+	ck_assert_uint_eq(o.policy, MD_SEQ_ENGINE_U32);
+	ck_assert_int_eq(o.budget_sequence_tokens, -1);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.policy, MD_SEQ_ENGINE_U32);
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 1), 0);
+	fake_drain(&f);
+
+	o.policy = MD_POLICY_H2O;
+	o.budget_sequence_tokens = 96;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.policy, MD_POLICY_H2O);
+	ck_assert_int_eq(got.budget_sequence_tokens, 96);
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 1), 96);
+	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[1].version % 2, 0);
+	ck_assert_uint_ge(e[1].version, 2);
+	ck_assert_uint_eq(e[1].policy, MD_POLICY_H2O);
+	ck_assert_uint_eq(e[1].budget_sequence_tokens, 96);
+	ck_assert_uint_eq(e[0].policy, 0);   /* untouched entries stay as the daemon made them */
+	struct md_stats_rec r;
+	ck_assert(fake_find(&f, MD_REC_SEQ_OPTS, &r));
+	ck_assert_uint_eq(r.seq, 1);
+	ck_assert_uint_eq(r.u.seq_opts.policy, MD_POLICY_H2O);
+	ck_assert_uint_eq(r.u.seq_opts.budget_sequence_tokens, 96);
+
+	/* budget 0: none, whatever the engine's */
+	f.params->seq = 3;
+	f.params->budget_sequence_tokens = 500;
+	f.params->seq = 4;
+	o.budget_sequence_tokens = 0;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 1), 0);
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 2), 500);
+
+	/* bad input changes nothing */
+	struct md_seq_options bad = o;
+	bad.policy = MD_POLICY_COUNT;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	bad = o;
+	bad.size = 4;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	bad = o;
+	bad.budget_sequence_tokens = -2;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	ck_assert_int_eq(md_seq_set_options(c, 4, &o), -EINVAL);
+	ck_assert_int_eq(md_seq_get_options(c, 4, &got), -EINVAL);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.policy, MD_POLICY_H2O);
+
+	/* a full ring: the record is not lost, a resync re-reads the entry */
+	fake_drain(&f);
+	uint64_t resync0 = f.ectrl->resync_request;
+	for (int i = 0; i < 80; i++)
+		(void)md_seq_step(c, 3, 1);
+	o.budget_sequence_tokens = 40;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	ck_assert_uint_gt(f.ectrl->resync_request, resync0);
+	ck_assert_uint_eq(e[1].budget_sequence_tokens, 40);
+	fake_drain(&f);
+
+	/* SEQ_END resets the sequence to the engine's options */
+	ck_assert_int_eq(md_seq_end(c, 1), 0);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.policy, MD_SEQ_ENGINE_U32);
+	ck_assert_int_eq(got.budget_sequence_tokens, -1);
+	ck_assert_uint_eq(e[1].policy, MD_SEQ_ENGINE_U32);
+	ck_assert_uint_eq(e[1].budget_sequence_tokens, MD_SEQ_ENGINE_U64);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_seq_options_older_daemon_and_detached)
+{
+	struct fake f;
+	md_client *c = attach(&f, 0);
+	struct md_seq_options o, got;
+	md_seq_options_init(&o);
+	o.budget_sequence_tokens = 64;
+	ck_assert_int_eq(md_seq_set_options(c, 0, &o), -ENOTSUP);
+	ck_assert_int_eq(md_seq_get_options(c, 0, &got), 0);
+	ck_assert_int_eq(got.budget_sequence_tokens, 64);   /* kept in the mirror */
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 0), 64);
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	c = detached_client();
+	ck_assert_int_eq(md_seq_set_options(c, 2, &o), MD_EDETACHED);
+	ck_assert_uint_eq(md_seq_budget_tokens(c, 2), 64);
+	md_client_destroy(c);
+}
+END_TEST
+
+START_TEST(test_reattach_republishes_options)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct md_seq_options o;
+	md_seq_options_init(&o);
+	o.policy = MD_POLICY_RECENCY;
+	ck_assert_int_eq(md_seq_set_options(c, 2, &o), 0);
+	uint32_t s[2];
+	open_pages(c, 2, 2, 0, s);
+	char dir[64];
+	snprintf(dir, sizeof(dir), "%s", f.dir);
+	fake_kill(&f);
+	md_client_detach(c);
+	/* changed while detached: the next daemon gets the latest */
+	o.budget_sequence_tokens = 48;
+	ck_assert_int_eq(md_seq_set_options(c, 3, &o), MD_EDETACHED);
+	fake_start_at(&f, 1, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	pthread_join(f.th, NULL);
+	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[2].policy, MD_POLICY_RECENCY);
+	ck_assert_uint_eq(e[2].budget_sequence_tokens, MD_SEQ_ENGINE_U64);
+	ck_assert_uint_eq(e[2].version % 2, 0);
+	ck_assert_uint_eq(e[3].policy, MD_POLICY_RECENCY);
+	ck_assert_uint_eq(e[3].budget_sequence_tokens, 48);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_apply_commands)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct engine en = { .c = c };
+	uint32_t s[6];
+	open_pages(c, 0, 6, 0, s);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 0);
+	ck_assert_int_eq(en.calls, 0);
+
+	fake_cmd(&f, c, s[0]);
+	fake_cmd(&f, c, s[1]);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 2);
+	ck_assert_uint_eq(md_client_live_pages(c), 4);
+
+	/* kept by the engine: the page stays, and may be commanded again */
+	en.mode = 1;
+	fake_cmd(&f, c, s[2]);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 0);
+	ck_assert_uint_eq(md_client_live_pages(c), 4);
+	en.mode = 0;
+	fake_cmd(&f, c, s[2]);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 1);
+	ck_assert_uint_eq(md_client_live_pages(c), 3);
+
+	/* freed but not reported: the library reports it */
+	en.mode = 3;
+	fake_cmd(&f, c, s[3]);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 1);
+	struct md_page_entry pe;
+	md_page_info(c, s[3], &pe);
+	ck_assert_uint_eq(pe.state, MD_PAGE_FREE);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_applied, 4);
+
+	/* an engine error stops the loop and is returned */
+	en.mode = 2;
+	fake_cmd(&f, c, s[4]);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), -EIO);
+	ck_assert_int_eq(md_apply_commands(c, NULL, &en), -EINVAL);
+	md_client_detach(c);
+	ck_assert_int_eq(md_apply_commands(c, engine_apply, &en), 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* Commands for the given slots after delay_ms, from another thread. */
+struct later {
+	struct fake *f;
+	md_client *c;
+	uint32_t slots[8], n;
+	int delay_ms;
+	int shutdown;       /* 1: declare the daemon shutting down instead */
+};
+
+static void *later_run(void *arg)
+{
+	struct later *l = arg;
+	struct timespec ts = { 0, (long)l->delay_ms * 1000000L };
+	nanosleep(&ts, NULL);
+	if (l->shutdown) {
+		md_store_release(&l->f->dctrl->shutting_down, 1);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < l->n; i++) {
+		struct md_cmd *m = md_ring_reserve(&l->f->cmds);
+		struct md_page_entry e;
+		md_page_info(l->c, l->slots[i], &e);   /* the engine thread does not touch them */
+		*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = MD_EVICT_SEQUENCE_BUDGET,
+				      .seq = e.seq, .slot = l->slots[i], .gen = e.generation };
+		md_ring_publish(&l->f->cmds, m);
+	}
+	return NULL;
+}
+
+static void budget(md_client *c, uint32_t seq, int64_t tokens)
+{
+	struct md_seq_options o;
+	md_seq_options_init(&o);
+	o.budget_sequence_tokens = tokens;
+	ck_assert_int_ge(md_seq_set_options(c, seq, &o), MD_EDETACHED);
+}
+
+START_TEST(test_settle_outcomes)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct engine en = { .c = c };
+	struct md_settle_result res;
+	uint32_t s[8], seq = 0, next = 1;
+	open_pages(c, 0, 8, 1, s);   /* 128 tokens, floor 48 (system + two newest) */
+
+	/* no budget: never waits */
+	ck_assert_int_eq(md_settle(c, &seq, &next, 1, 0, 1000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 0);
+
+	/* within budget + slack */
+	budget(c, 0, 120);
+	ck_assert_int_eq(md_settle(c, &seq, &next, 1, 16, 1000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 0);
+
+	/* over: the daemon's decision comes after 30 ms and brings it within */
+	budget(c, 0, 64);
+	struct later l = { .f = &f, .c = c, .slots = { s[1], s[2], s[3], s[4] }, .n = 4,
+			   .delay_ms = 30 };
+	pthread_t th;
+	pthread_create(&th, NULL, later_run, &l);
+	ck_assert_int_eq(md_settle(c, &seq, &next, 1, 16, 2000, engine_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 1);
+	ck_assert_uint_eq(res.applied, 4);
+	ck_assert_uint_gt(res.wait_ns, 0);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 0), 64);
+
+	/* over again: the daemon evicts one page and nothing more comes */
+	budget(c, 0, 32);
+	fake_cmd(&f, c, s[5]);
+	ck_assert_int_eq(md_settle(c, &seq, &next, 1, 0, 2000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_UNREACHABLE);
+	ck_assert_uint_eq(res.applied, 1);
+	ck_assert_uint_lt(res.wait_ns, 1000000000ull);
+
+	/* the floor is above the budget: max(budget, floor) is the limit */
+	ck_assert_uint_eq(md_seq_floor(c, 0), 48);
+	ck_assert_int_eq(md_settle(c, &seq, NULL, 1, 0, 2000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 0);
+
+	/* no decision: timeout, then suppressed until the daemon evicts again */
+	uint32_t t[3];
+	open_pages(c, 1, 3, 0, t);
+	budget(c, 1, 16);
+	uint32_t seq1 = 1;
+	ck_assert_int_eq(md_settle(c, &seq1, &next, 1, 0, 40, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_TIMEOUT);
+	ck_assert_uint_eq(res.waited, 1);
+	ck_assert_uint_ge(res.wait_ns, 40000000ull);
+	ck_assert_int_eq(md_settle(c, &seq1, &next, 1, 0, 40, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_SUPPRESSED);
+	ck_assert_uint_eq(res.waited, 0);
+	/* another sequence is not suppressed by it */
+	uint32_t both[2] = { 0, 1 };
+	ck_assert_int_eq(md_settle(c, both, NULL, 2, 0, 40, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_SUPPRESSED);
+	fake_cmd(&f, c, t[0]);   /* the daemon evicts from it: the next wait is real */
+	ck_assert_int_eq(md_settle(c, &seq1, &next, 1, 0, 40, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_UNREACHABLE);
+
+	/* the daemon goes away during the wait */
+	open_pages(c, 2, 3, 0, t);
+	budget(c, 2, 16);
+	uint32_t seq2 = 2;
+	struct later sd = { .f = &f, .c = c, .delay_ms = 20, .shutdown = 1 };
+	pthread_create(&th, NULL, later_run, &sd);
+	ck_assert_int_eq(md_settle(c, &seq2, &next, 1, 0, 2000, engine_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_DETACHED);
+	ck_assert_uint_eq(res.waited, 1);
+	ck_assert(!md_client_attached(c));
+	/* detached: fail-open at once */
+	ck_assert_int_eq(md_settle(c, &seq2, &next, 1, 0, 2000, engine_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_DETACHED);
+	ck_assert_uint_eq(res.waited, 0);
+
+	uint32_t bad = 4;
+	ck_assert_int_eq(md_settle(c, &bad, NULL, 1, 0, 10, engine_apply, &en, &res), -EINVAL);
+	ck_assert_int_eq(md_settle(c, &seq, NULL, 1, 0, 10, NULL, &en, &res), -EINVAL);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_settle_apply_error)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct engine en = { .c = c, .mode = 2 };
+	uint32_t s[4], seq = 0;
+	open_pages(c, 0, 4, 0, s);
+	budget(c, 0, 16);
+	fake_cmd(&f, c, s[0]);
+	ck_assert_int_eq(md_settle(c, &seq, NULL, 1, 0, 100, engine_apply, &en, NULL), -EIO);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_maintain_reattaches)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	uint32_t s[3];
+	open_pages(c, 0, 3, 1, s);
+	struct md_seq_options o;
+	md_seq_options_init(&o);
+	o.budget_sequence_tokens = 32;
+	ck_assert_int_eq(md_seq_set_options(c, 0, &o), 0);
+	ck_assert_int_eq(md_client_maintain(c, 0, 20), 1);
+
+	/* the daemon stops: detached at the next boundary, fail-open */
+	char dir[64];
+	snprintf(dir, sizeof(dir), "%s", f.dir);
+	md_store_release(&f.dctrl->shutting_down, 1);
+	fake_kill(&f);
+	ck_assert_int_eq(md_client_maintain(c, 0, 20), 0);
+	ck_assert(!md_client_attached(c));
+	ck_assert_int_eq(md_client_maintain(c, 0, 20), 0);   /* no daemon, backing off */
+
+	/* a new daemon: maintain reattaches within its retry period */
+	fake_start_at(&f, 1, dir);
+	uint64_t t0 = md_now_ns();
+	int up = 0;
+	while (!up && md_now_ns() - t0 < 2000000000ull) {
+		up = md_client_maintain(c, 0, 20);
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL);
+	}
+	pthread_join(f.th, NULL);
+	ck_assert(up);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.reattaches, 1);
+	/* pages and options are in the new segment, and a resync is asked */
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	for (int i = 0; i < 3; i++)
+		ck_assert_uint_eq(pt[s[i]].state, MD_PAGE_LIVE);
+	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[0].budget_sequence_tokens, 32);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	ck_assert_int_eq(md_client_maintain(c, 0, 20), 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_contract_no_allocation)
+{
+	struct fake f;
+	md_client *c = attach(&f, 1);
+	struct engine en = { .c = c };
+	uint32_t s[4], seq = 0, got[4];
+	open_pages(c, 0, 4, 1, s);
+	budget(c, 0, 256);
+	fake_drain(&f);
+	/* These only read the mirror and the segments: no Check inside, it allocates. */
+	int bad = 0;
+	long before = g_allocs;
+	for (int i = 0; i < 100; i++) {
+		bad |= md_seq_pages(c, 0, got, 4) != 4;
+		bad |= md_seq_floor(c, 0) != 48;
+		bad |= md_apply_commands(c, engine_apply, &en) != 0;
+		struct md_settle_result res;
+		bad |= md_settle(c, &seq, NULL, 1, 0, 10, engine_apply, &en, &res) != 0;
+		bad |= md_client_maintain(c, 0, 0) != 1;
+	}
+	long allocs = g_allocs - before;
+	ck_assert(!bad);
+	ck_assert_int_eq(allocs, 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+static Suite *contract_suite(void)
+{
+	Suite *s = suite_create("contract");
+	TCase *tc = tcase_create("contract");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_seq_pages_in_order);
+	tcase_add_test(tc, test_floor_without_published_count);
+	tcase_add_test(tc, test_floor_with_published_count);
+	tcase_add_test(tc, test_seq_options);
+	tcase_add_test(tc, test_seq_options_older_daemon_and_detached);
+	tcase_add_test(tc, test_reattach_republishes_options);
+	tcase_add_test(tc, test_apply_commands);
+	tcase_add_test(tc, test_settle_outcomes);
+	tcase_add_test(tc, test_settle_apply_error);
+	tcase_add_test(tc, test_maintain_reattaches);
+	tcase_add_test(tc, test_contract_no_allocation);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return md_test_main(contract_suite());
+}
