@@ -2,7 +2,8 @@
  * check_index.c — page state and the eviction index: decisions equal the
  * brute-force oracle on >= 10,000 random cases per policy (seeded; regions,
  * pinned, several sequences and engines, all three budget scopes, ties,
- * parameter changes between decisions), pinned/protected pages never evicted,
+ * parameter changes between decisions, sequences with their own options),
+ * pinned/protected pages never evicted,
  * bad records rejected with the right reason, budgets and the evicting state.
  */
 #include <check.h>
@@ -803,6 +804,291 @@ START_TEST(test_policy_change_next_decision)
 }
 END_TEST
 
+/* ---- per-sequence options (MD_REC_SEQ_OPTS, docs/policies.md) ---- */
+
+static int seq_opts(struct md__host *h, uint32_t engine, uint32_t seq, uint32_t policy,
+		    uint64_t budget)
+{
+	struct md_stats_rec r = rec(MD_REC_SEQ_OPTS);
+	r.seq = seq;
+	r.u.seq_opts.policy = policy;
+	r.u.seq_opts.budget_sequence_tokens = budget;
+	return md__host_ingest(h, engine, &r);
+}
+
+/* what md__host_protect_changes handed out, per engine and sequence */
+static uint32_t published[MAXE][MAXSEQ];
+static void on_protect(void *ctx, uint32_t seq, uint32_t k)
+{
+	uint32_t *row = ctx;
+	ck_assert_uint_lt(seq, MAXSEQ);
+	row[seq] = k;
+}
+
+static void check_published(struct world *w)
+{
+	for (int j = 0; j < w->ne; j++) {
+		md__host_protect_changes(w->h, w->e[j].id, on_protect, published[j]);
+		for (uint32_t q = 0; q < w->e[j].nseq; q++) {
+			struct md__seq_opts_info si;
+			ck_assert_int_eq(md__host_seq_opts_get(w->h, w->e[j].id, q, &si), 0);
+			ck_assert_msg(published[j][q] == si.k_protect,
+				      "engine %u seq %u: published %u, host applies %u", w->e[j].id,
+				      q, published[j][q], si.k_protect);
+		}
+	}
+}
+
+/* The oracle fuzz with sequences taking and dropping their own policy and
+ * budget: every scope, mixed or not, decides as the oracle does, and the
+ * published protection counts follow the host's. */
+static void fuzz_seq_opts(int policy, uint64_t seed, unsigned n_cases)
+{
+	rng_state = seed;
+	unsigned cases = 0, mixed = 0;
+	uint64_t evictions = 0;
+	while (cases < n_cases) {
+		struct world w;
+		world_new(&w, policy);
+		memset(published, 0, sizeof(published));
+		for (int it = 0; it < 400 && cases < n_cases; it++) {
+			if (rn(8) == 0) {
+				struct mengine *e = &w.e[rn((uint32_t)w.ne)];
+				uint32_t pol = rn(3) == 0 ? MD_SEQ_ENGINE_U32 : rn(MD_POLICY_COUNT);
+				uint64_t b = rn(3) == 0 ? MD_SEQ_ENGINE_U64 : rn(4) == 0 ? 0 : 4 + rn(40);
+				ck_assert_int_eq(seq_opts(w.h, e->id, rn(e->nseq), pol, b), 0);
+				mixed += pol != MD_SEQ_ENGINE_U32 && pol != (uint32_t)policy;
+			} else {
+				op_random(&w);
+			}
+			if (rn(5) == 0) {
+				evictions += check_decision(&w);
+				check_published(&w);
+				cases++;
+			}
+		}
+		md__host_free(w.h);
+	}
+	ck_assert_msg(evictions > n_cases / 5, "only %llu evictions", (unsigned long long)evictions);
+	ck_assert_msg(mixed > 0, "no sequence took another policy");
+}
+
+START_TEST(test_seq_opts_oracle)
+{
+	for (int pol = 0; pol < (int)MD_POLICY_COUNT; pol++)
+		fuzz_seq_opts(pol, 1000 + (uint64_t)pol, 4000);
+}
+END_TEST
+
+/* A sequence with its own smaller budget is evicted down to it; its
+ * neighbour, under the engine's (none), keeps everything. */
+START_TEST(test_seq_opts_budget)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.low_watermark = 0.5;
+	struct md__host *h = small_host(&p, 4, 64, 2);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_SEQ_ENGINE_U32, 16), 0);
+	for (uint32_t s = 0; s < 6; s++) { /* 24 tokens in each sequence */
+		ck_assert_int_eq(open_n(h, s, 0, 0, 4 * s, 4, MD_REGION_USER, 0), 0);
+		ck_assert_int_eq(open_n(h, 10 + s, 0, 1, 4 * s, 4, MD_REGION_USER, 0), 0);
+	}
+	struct md__decision d[16];
+	size_t n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 4); /* floor(0.5 * 16) = 8 tokens: 24 -> 8 */
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(d[i].seq, 0);
+		ck_assert_uint_eq(d[i].slot, i);
+		ck_assert_uint_eq(d[i].reason, MD_EVICT_SEQUENCE_BUDGET);
+	}
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.budget, 16);
+	ck_assert_uint_eq(si.budget_effective, 16);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 1, &si), 0);
+	ck_assert_uint_eq(si.budget, MD_SEQ_ENGINE_U64);
+	ck_assert_uint_eq(si.budget_effective, 0);
+	/* its own "none" beats the engine's budget */
+	p.budget_sequence_tokens = 12;
+	md__host_set_params(h, &p);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_SEQ_ENGINE_U32, 0), 0);
+	n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 5); /* seq 1 only: 24 -> 4, at most floor(0.5 * 12) = 6 */
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(d[i].seq, 1);
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.seqs_own_options, 1);
+	ck_assert_uint_eq(st.seq_options_applied, 2);
+	md__host_free(h);
+}
+END_TEST
+
+/* A sequence with its own policy is scored by it: recency (oldest first)
+ * in a memdecay engine whose own order here is by region, and the engine
+ * scope over both sequences follows each page's own score. */
+START_TEST(test_seq_opts_policy)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.sink_tokens = 0;
+	p.budget_sequence_tokens = 8;
+	for (unsigned r = 0; r < MD_REGIONS_MAX; r++)
+		p.lambda[r] = 0.0;
+	p.base[MD_REGION_USER] = 1.0;
+	p.base[MD_REGION_TOOL_OUT] = 0.1;
+	struct md__host *h = small_host(&p, 4, 64, 2);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_POLICY_RECENCY, MD_SEQ_ENGINE_U64), 0);
+	/* both sequences: user pages first, then tool output (lower memdecay score) */
+	for (uint32_t s = 0; s < 4; s++) {
+		unsigned reg = s < 2 ? MD_REGION_USER : MD_REGION_TOOL_OUT;
+		ck_assert_int_eq(open_n(h, s, 0, 0, 4 * s, 4, reg, 0), 0);
+		ck_assert_int_eq(open_n(h, 10 + s, 0, 1, 4 * s, 4, reg, 0), 0);
+	}
+	struct md__decision want[16], d[16];
+	size_t nw = md__oracle_decide(h, want, 16);
+	size_t n = md__host_decide(h, d, 16);
+	ck_assert_uint_eq(n, 4);
+	ck_assert_uint_eq(nw, n);
+	ck_assert_int_eq(memcmp(want, d, n * sizeof d[0]), 0);
+	/* seq 0 (recency): its two oldest; seq 1 (memdecay): its tool pages */
+	ck_assert_uint_eq(d[0].slot, 0);
+	ck_assert_uint_eq(d[1].slot, 1);
+	ck_assert_uint_eq(d[2].slot, 12);
+	ck_assert_uint_eq(d[3].slot, 10); /* tail page 13 protected; user pages: older first */
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.policy_effective, MD_POLICY_RECENCY);
+	md__host_free(h);
+}
+END_TEST
+
+/* SEQ_END gives the sequence the engine's options back. */
+START_TEST(test_seq_opts_end_resets)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	struct md__host *h = small_host(&p, 4, 16, 2);
+	ck_assert_int_eq(seq_opts(h, 1, 1, MD_POLICY_H2O, 40), 0);
+	ck_assert_int_eq(open_n(h, 0, 0, 1, 0, 4, MD_REGION_USER, 0), 0);
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 1, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_POLICY_H2O);
+	struct md_stats_rec r = rec(MD_REC_SEQ_END);
+	r.seq = 1;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 1, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_SEQ_ENGINE_U32);
+	ck_assert_uint_eq(si.policy_effective, p.policy);
+	ck_assert_uint_eq(si.budget, MD_SEQ_ENGINE_U64);
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.seqs_own_options, 0);
+	/* a resync entry never written (version 0) is the engine's too */
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_POLICY_RECENCY, 8), 0);
+	struct md_seq_opts so = {0};
+	so.policy = MD_POLICY_H2O;
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 0, &so), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_SEQ_ENGINE_U32);
+	so.version = 2;
+	so.budget_sequence_tokens = 12;
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 0, &so), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_POLICY_H2O);
+	ck_assert_uint_eq(si.budget, 12);
+	md__host_free(h);
+}
+END_TEST
+
+/* Hostile options are refused with a reason and counted, and change nothing;
+ * an engine that speaks ABI 1.1 may not send the record at all. */
+START_TEST(test_seq_opts_rejects)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	struct md__host *h = small_host(&p, 4, 16, 2);
+	ck_assert_int_eq(seq_opts(h, 1, 2, MD_SEQ_ENGINE_U32, 8), -MD__REJ_SEQ);
+	ck_assert_int_eq(seq_opts(h, 1, UINT32_MAX, MD_POLICY_H2O, 8), -MD__REJ_SEQ);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_POLICY_COUNT, 8), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_opts(h, 1, 0, 0x7fffffffu, 8), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_SEQ_ENGINE_U32, MD__SEQ_BUDGET_MAX + 1),
+			 -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64 - 1),
+			 -MD__REJ_OPTIONS);
+	struct md_seq_opts so = {.version = 2, .policy = 99, .budget_sequence_tokens = 8};
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 0, &so), -MD__REJ_OPTIONS);
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_SEQ_ENGINE_U32);
+	ck_assert_uint_eq(si.budget, MD_SEQ_ENGINE_U64);
+	ck_assert_int_eq(seq_opts(h, 1, 0, MD_SEQ_ENGINE_U32, MD__SEQ_BUDGET_MAX), 0);
+	ck_assert_str_eq(md__reject_name(MD__REJ_OPTIONS), "options");
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.rejected[MD__REJ_SEQ], 2);
+	ck_assert_uint_eq(st.rejected[MD__REJ_OPTIONS], 4); /* the resync entry: the caller's */
+	ck_assert_uint_eq(st.seq_options_applied, 1);
+	/* ABI 1.1: an unknown record type */
+	ck_assert_int_eq(md__host_engine_set_abi_minor(h, 1, 1), 0);
+	ck_assert_int_eq(seq_opts(h, 1, 1, MD_POLICY_H2O, 8), -MD__REJ_TYPE);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 1, &si), 0);
+	ck_assert_uint_eq(si.policy, MD_SEQ_ENGINE_U32);
+	md__host_free(h);
+}
+END_TEST
+
+/* The protection count handed out for publishing is the host's: its own
+ * policy's window (h2o: floor(fraction x its budget in pages)) with its own
+ * budget, the engine's count for the others; only changes are handed out. */
+static uint32_t prot_seen[4], prot_calls;
+static void on_prot(void *ctx, uint32_t seq, uint32_t k)
+{
+	(void)ctx;
+	prot_seen[seq] = k;
+	prot_calls++;
+}
+
+START_TEST(test_seq_protect_published)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 1;
+	p.h2o_recent_fraction = 0.5;
+	struct md__host *h = small_host(&p, 4, 64, 4);
+	ck_assert_int_eq(seq_opts(h, 1, 2, MD_POLICY_H2O, 64), 0); /* 16 pages: window 8 */
+	for (uint32_t s = 0; s < 12; s++)
+		ck_assert_int_eq(open_n(h, s, 0, 2, 4 * s, 4, MD_REGION_USER, 0), 0);
+	struct md__decision d[16];
+	md__host_decide(h, d, 16);
+	prot_calls = 0;
+	md__host_protect_changes(h, 1, on_prot, NULL);
+	ck_assert_uint_eq(prot_calls, 4); /* after a rebuild: every sequence */
+	ck_assert_uint_eq(prot_seen[0], 2);
+	ck_assert_uint_eq(prot_seen[2], 8);
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 2, &si), 0);
+	ck_assert_uint_eq(si.k_protect, 8);
+	prot_calls = 0;
+	md__host_protect_changes(h, 1, on_prot, NULL);
+	ck_assert_uint_eq(prot_calls, 0);
+	/* its own budget moves its window only */
+	ck_assert_int_eq(seq_opts(h, 1, 2, MD_POLICY_H2O, 32), 0); /* 8 pages: window 4 */
+	md__host_decide(h, d, 16);
+	md__host_protect_changes(h, 1, on_prot, NULL);
+	ck_assert_uint_eq(prot_calls, 1);
+	ck_assert_uint_eq(prot_seen[2], 4);
+	/* and back to the engine's (memdecay: tail + protect_recent) */
+	ck_assert_int_eq(seq_opts(h, 1, 2, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64), 0);
+	md__host_decide(h, d, 16);
+	md__host_protect_changes(h, 1, on_prot, NULL);
+	ck_assert_uint_eq(prot_seen[2], 2);
+	md__host_free(h);
+}
+END_TEST
+
 static Suite *index_suite(void)
 {
 	Suite *s = suite_create("index");
@@ -822,6 +1108,15 @@ static Suite *index_suite(void)
 	tcase_add_test(tc, test_oracle_random);
 	tcase_add_test(tc, test_oracle_memdecay_turn);
 	tcase_add_test(tc, test_oracle_large);
+	TCase *to = tcase_create("seq_options");
+	tcase_set_timeout(to, 240);
+	tcase_add_test(to, test_seq_opts_budget);
+	tcase_add_test(to, test_seq_opts_policy);
+	tcase_add_test(to, test_seq_opts_end_resets);
+	tcase_add_test(to, test_seq_opts_rejects);
+	tcase_add_test(to, test_seq_protect_published);
+	tcase_add_test(to, test_seq_opts_oracle);
+	suite_add_tcase(s, to);
 #ifdef MEMDECAY_TEST_POLICY
 	TCase *tp = tcase_create("test_policy");
 	tcase_set_timeout(tp, 240);

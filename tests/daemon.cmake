@@ -20,9 +20,15 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay-loadgen)
   target_link_libraries(nap_engine PRIVATE memdecay_static)
   target_include_directories(nap_engine PRIVATE ${PROJECT_SOURCE_DIR}/engine_adapters/libmemdecay/src)
   target_compile_definitions(nap_engine PRIVATE _GNU_SOURCE)
+  # The engine of the `seqopts` scenario: per-sequence options (ABI 1.2)
+  # spoken by hand, and a 1.1 engine beside them.
+  add_executable(seqopts_engine ${CMAKE_CURRENT_SOURCE_DIR}/seqopts_engine.c)
+  target_link_libraries(seqopts_engine PRIVATE memdecay_abi)
+  target_compile_definitions(seqopts_engine PRIVATE _GNU_SOURCE)
   set(_md_suite ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_suite.sh)
   foreach(backend uring epoll)
-    foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown nap)
+    foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown nap
+            seqopts)
       add_test(NAME daemon_${scenario}_${backend}
         COMMAND bash ${_md_suite} ${scenario} ${backend} $<TARGET_FILE_DIR:memdecayd>)
       set_tests_properties(daemon_${scenario}_${backend} PROPERTIES TIMEOUT 120

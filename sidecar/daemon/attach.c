@@ -241,12 +241,19 @@ static struct md__peer *peer_new(struct md__daemon *d, const struct md__conn *c,
 	e->cmd_capacity = pow2_at_least(e->page_capacity > 1024 ? e->page_capacity : 1024,
 					MD_RING_CAPACITY_MAX);
 	e->stats_transport = hello->stats_transport;
+	e->abi_minor = hello->abi_minor;
+	uint32_t flags = 0;
+	if (e->stats_transport == MD__STATS_CUDA)
+		flags |= MD_ENGINE_LAYOUT_CUDA_EXPORT;
+	if (e->abi_minor >= 2) /* per-sequence options: a 1.2 engine's segment only */
+		flags |= MD_ENGINE_LAYOUT_SEQ_OPTS;
 	e->eseg_size = md_engine_layout_ex(e->page_capacity, e->max_seqs, e->stats_capacity,
-					   e->stats_transport == MD__STATS_CUDA
-						   ? MD_ENGINE_LAYOUT_CUDA_EXPORT : 0,
-					   eoff);
+					   flags, eoff);
 	e->cuda_export_off = eoff->cuda_ring_export;
-	e->dseg_size = md_daemon_layout(e->cmd_capacity, doff);
+	/* Every engine gets seq_protect: a 1.0/1.1 library checks the daemon
+	 * segment's size against its header and the offsets it knows, and reads
+	 * nothing past its command ring (docs/abi.md, "Compatibility"). */
+	e->dseg_size = md_daemon_layout_ex(e->cmd_capacity, e->max_seqs, doff);
 	return e;
 }
 
@@ -292,12 +299,15 @@ static int map_segments(struct md__daemon *d, struct md__peer *e,
 	e->ectrl = (const struct md_engine_ctrl *)((const char *)em + eoff->ctrl);
 	e->page_table = (const struct md_page_entry *)((const char *)em + eoff->page_table);
 	e->seq_clock = (const uint64_t *)((const char *)em + eoff->seq_clock);
+	if (eoff->seq_opts)
+		e->seq_opts = (const struct md_seq_opts *)((const char *)em + eoff->seq_opts);
 
 	struct md_segment_header *dh = dm;
 	seg_header(dh, MD_SEGMENT_DAEMON, e->dseg_size, e, d->instance_id);
 	dh->off.daemon = *doff;
 	e->dctrl = (struct md_daemon_ctrl *)((char *)dm + doff->ctrl);
 	e->params = (struct md_param_block *)((char *)dm + doff->params);
+	e->seq_protect = (uint32_t *)((char *)dm + doff->seq_protect);
 	e->dctrl->instance_id = d->instance_id;
 	e->dctrl->heartbeat_ns = md_now_ns();
 	return 0;
@@ -362,10 +372,10 @@ static void peer_register(struct md__daemon *d, struct md__conn *c, struct md__p
 			md__warn("engine %u (%s): no memory for calibration: its attention is not "
 				 "measured", e->id, e->name);
 	}
-	md__info("engine %u (%s) attached: pid %d uid %u page_tokens %u page_capacity %u "
+	md__info("engine %u (%s) attached: abi 1.%u pid %d uid %u page_tokens %u page_capacity %u "
 		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
-		 e->id, e->name, (int)e->pid, (unsigned)e->uid, e->page_tokens, e->page_capacity,
-		 e->max_seqs, e->stats_capacity, e->cmd_capacity,
+		 e->id, e->name, e->abi_minor, (int)e->pid, (unsigned)e->uid, e->page_tokens,
+		 e->page_capacity, e->max_seqs, e->stats_capacity, e->cmd_capacity,
 		 hello->policy[0] ? hello->policy : "default");
 }
 
@@ -424,6 +434,7 @@ int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_
 	if ((rc = md__host_engine_add(d->host, e->id, e->page_tokens, e->page_capacity,
 				      e->max_seqs, &opts)) < 0)
 		goto fail;
+	md__host_engine_set_abi_minor(d->host, e->id, e->abi_minor);
 	e->params->seq = 0; /* md__peer_publish_params makes it 2 */
 	md__peer_publish_params(d, e);
 	md_store_release(&((struct md_segment_header *)e->dseg)->magic, MD_ABI_MAGIC);

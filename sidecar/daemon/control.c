@@ -427,7 +427,7 @@ static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct m
 			"\"resync_pages\":%llu,\"resync_pages_skipped\":%llu,"
 			"\"resync_last_ns\":%llu,\"resync_ns_total\":%llu,\"resyncs_deferred\":%llu,"
 			"\"ingest_budget_cut\":%llu,\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
-			"\"cmds_stale\":%llu}",
+			"\"cmds_stale\":%llu",
 			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
 			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
 			(unsigned long long)st.budget_engine_pages, (unsigned long long)st.decisions,
@@ -443,6 +443,13 @@ static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct m
 			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
 			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
 			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
+	/* ABI 1.2: sequences with their own options (docs/operations.md) */
+	md__sbuf_printf(b, ",\"abi_minor\":%u,\"seqs_own_options\":%llu,\"seq_options\":%llu,"
+			   "\"seq_options_torn\":%llu,\"seq_protect_writes\":%llu}",
+			e->abi_minor, (unsigned long long)st.seqs_own_options,
+			(unsigned long long)st.seq_options_applied,
+			(unsigned long long)e->seq_opts_torn,
+			(unsigned long long)e->seq_protect_writes);
 }
 
 static void stats_engine_text(struct md__daemon *d, struct md__peer *e, struct md__sbuf *b)
@@ -489,6 +496,10 @@ static void stats_engine_text(struct md__daemon *d, struct md__peer *e, struct m
 			(unsigned long long)e->resync_pages_skipped);
 	md__sbuf_printf(b, "  decisions       %llu, %.3f ms total\n", (unsigned long long)st.decisions,
 			(double)st.decision_ns_total / 1e6);
+	md__sbuf_printf(b, "  sequences       %llu with own options (ABI 1.%u engine); %llu option records, %llu entries torn at resync\n",
+			(unsigned long long)st.seqs_own_options, e->abi_minor,
+			(unsigned long long)st.seq_options_applied,
+			(unsigned long long)e->seq_opts_torn);
 }
 
 static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,

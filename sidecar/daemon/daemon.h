@@ -142,6 +142,12 @@ struct md__peer {
 	uint64_t cuda_export_off;          /* private copy of off.engine.cuda_ring_export */
 	struct mdk_cuda_ring_reader *cuda_rd;
 	struct md_stats_rec *cuda_buf;
+	/* ABI 1.2: per-sequence options (read at resync) and protection counts */
+	uint32_t abi_minor;                /* HELLO's */
+	const struct md_seq_opts *seq_opts; /* engine segment's, NULL for a 1.0/1.1 engine */
+	uint32_t *seq_protect;             /* daemon segment's seq_protect[max_seqs] */
+	uint64_t seq_opts_torn;            /* resync entries being written: left as they were */
+	uint64_t seq_protect_writes;       /* counts written into seq_protect */
 };
 
 struct md__daemon {

@@ -168,6 +168,47 @@ static uint32_t resync_pass(struct md__daemon *d, struct md__peer *e, const uint
 	return pos_refused;
 }
 
+/* Copies one sequence's options entry consistently (version even and
+ * unchanged), as copy_page_entry. */
+static int copy_seq_opts(const struct md_seq_opts *src, struct md_seq_opts *dst)
+{
+	for (int t = 0; t < MD__PAGE_READ_TRIES; t++) {
+		uint32_t v0 = md_load_acquire(&src->version);
+		if (v0 & 1)
+			continue;
+		dst->version = v0;
+		dst->policy = md_load_relaxed(&src->policy);
+		dst->budget_sequence_tokens = md_load_relaxed(&src->budget_sequence_tokens);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (md_load_relaxed(&src->version) == v0)
+			return 0;
+	}
+	return -EAGAIN;
+}
+
+/* ABI 1.2: every sequence's options from the engine's table, validated as
+ * MD_REC_SEQ_OPTS records (a bad entry is counted and logged, not a
+ * violation, as a bad page entry); an entry being written keeps the options
+ * the daemon has and waits for its record or the next resync. */
+static void resync_seq_opts(struct md__daemon *d, struct md__peer *e)
+{
+	if (!e->seq_opts)
+		return;
+	for (uint32_t q = 0; q < e->max_seqs; q++) {
+		struct md_seq_opts so;
+		if (copy_seq_opts(&e->seq_opts[q], &so) < 0) {
+			e->seq_opts_torn++;
+			continue;
+		}
+		int rc = md__host_resync_seq_opts(d->host, e->id, q, &so);
+		if (rc < 0 && -rc < MD__REJ_COUNT) {
+			e->rejected[-rc]++;
+			md__debug("engine %u (%s): resync skipped options of seq %u: %s", e->id,
+				  e->name, q, md__reject_name(-rc));
+		}
+	}
+}
+
 static int order_cmp(const void *a, const void *b)
 {
 	const struct md__resync_ord *x = a, *y = b;
@@ -234,6 +275,9 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 	resync_pass(d, e, e->resync_clocks, &live, &skipped, 0);
 	if (skipped)
 		resync_pass(d, e, e->resync_clocks, &live, &skipped, 1);
+	/* after the passes: a sequence the table shows ended and restarted was
+	 * reset to the engine's options there */
+	resync_seq_opts(d, e);
 	skipped += torn;
 	e->resync_pages += live;
 	e->resync_pages_skipped += skipped;
@@ -261,7 +305,7 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 static int race_possible(int reason)
 {
 	return reason != MD__REJ_TYPE && reason != MD__REJ_SLOT && reason != MD__REJ_MASS &&
-	       reason != MD__REJ_REGION;
+	       reason != MD__REJ_REGION && reason != MD__REJ_OPTIONS;
 }
 
 static int ingest_result(struct md__daemon *d, struct md__peer *e,
@@ -482,6 +526,25 @@ static void decide(struct md__daemon *d)
 	} while (n == MD__DECIDE_BATCH);
 }
 
+/* seq_protect[seq] = k: the count the host applies (docs/abi.md) */
+static void publish_protect(void *ctx, uint32_t seq, uint32_t k)
+{
+	struct md__peer *e = ctx;
+	if (seq < e->max_seqs) {
+		md_store_relaxed(&e->seq_protect[seq], k);
+		e->seq_protect_writes++;
+	}
+}
+
+/* After a decision pass: the protection counts that moved, into each
+ * engine's daemon segment (the host hands out only those). */
+static void publish_protect_all(struct md__daemon *d)
+{
+	for (struct md__peer *e = d->engines; e; e = e->next)
+		if (e->seq_protect)
+			md__host_protect_changes(d->host, e->id, publish_protect, e);
+}
+
 int md__peers_service(struct md__daemon *d)
 {
 	int work = 0;
@@ -520,6 +583,7 @@ int md__peers_service(struct md__daemon *d)
 			d->dirty = 0;
 			d->last_decide_ns = now;
 			decide(d);
+			publish_protect_all(d);
 		}
 	}
 	for (e = d->engines; e; e = e->next)

@@ -38,18 +38,20 @@ void md__index_rebuild(struct md__host *h, struct md__engine *e)
 	uint32_t k = md__engine_protect_count(h, e);
 	e->k_applied = k;
 	e->k_dirty = 0;
+	e->kpub_all = 1;
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		struct md__seq *s = &e->seqs[q];
+		uint32_t kq = s->own_pos ? md__seq_protect_count(h, e, q, e->seqs_live) : k;
 		s->keyheap_n = 0;
 		s->nodecay = 0;
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
 			s->decayheap_n[c] = 0;
-		s->k_protect = k;
+		s->k_protect = kq;
 		for (uint32_t i = 0; i < s->n_pages; i++) {
 			struct md__page *pg = &e->pages[s->pages[i].slot];
 			e->keyheap_pos[s->pages[i].slot] = MD__NO_HEAP;
 			e->dcls[s->pages[i].slot] = MD__NO_CLASS;
-			if (s->n_pages - 1 - i < k)
+			if (s->n_pages - 1 - i < kq)
 				pg->flags |= MD__PF_PROT;
 			else
 				pg->flags &= (uint8_t)~MD__PF_PROT;
@@ -78,17 +80,97 @@ static void emit(struct md__host *h, struct md__engine *e, uint32_t slot, uint32
 	md__page_set_evicting(h, e, slot);
 }
 
-/* the over-budget set for budget b (0: stop tracking): O(max_seqs), run only
- * when the effective sequence budget changes */
+/* the over-budget set for the engine's budget b (0: only sequences with
+ * their own): O(max_seqs), run only when the engine's sequence budget changes */
 static void ob_rebuild(struct md__engine *e, uint64_t b)
 {
 	for (uint32_t i = 0; i < e->ob_n; i++)
 		e->seqs[e->ob_seqs[i]].ob_pos = 0;
 	e->ob_n = 0;
 	e->ob_budget = b;
-	if (b)
+	if (b || e->own_n)
 		for (uint32_t q = 0; q < e->max_seqs; q++)
 			md__ob_note(e, q);
+}
+
+/* ---- scopes that mix policies: an exact sort ----
+ * A sequence with its own policy keeps its pages in the index under the
+ * engine's keys (bounds of the engine's policy's score, not of its own), so a
+ * scope holding one is decided by scoring each of its evictable pages (the
+ * pages in its sequences' key heaps) with its own sequence's policy and
+ * sorting: the order the oracle states, at O(n log n) per pass. */
+struct xcand {
+	double score;
+	uint64_t first_pos;
+	uint32_t slot, pad;
+};
+
+static int xcand_cmp(const void *a, const void *b)
+{
+	const struct xcand *x = a, *y = b;
+	return md__evict_order(x->score, x->first_pos, x->slot, y->score, y->first_pos, y->slot);
+}
+
+/* a sequence whose policy is not the index's (the engine's) */
+static int seq_foreign(const struct md__host *h, const struct md__engine *e, uint32_t q)
+{
+	const struct md__seq *s = &e->seqs[q];
+	return s->own_policy != MD_SEQ_ENGINE_U32 && md__seq_policy(h, e, s) != e->policy;
+}
+
+static int engine_mixed(const struct md__host *h, const struct md__engine *e)
+{
+	for (uint32_t i = 0; i < e->own_n; i++)
+		if (e->seqs[e->own_seqs[i]].keyheap_n && seq_foreign(h, e, e->own_seqs[i]))
+			return 1;
+	return 0;
+}
+
+/* the evictable pages of seqs[0..ns) in eviction order (malloc'ed; NULL when
+ * there are none or memory is short) */
+static struct xcand *exact_order(struct md__host *h, struct md__engine *e, const uint32_t *seqs,
+				 size_t ns, size_t *nc)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < ns; i++)
+		total += e->seqs[seqs[i]].keyheap_n;
+	*nc = 0;
+	struct xcand *c = total ? malloc(total * sizeof(*c)) : NULL;
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < ns; i++) {
+		const struct md__seq *s = &e->seqs[seqs[i]];
+		const struct md__policy *pol = md__policy_get(md__seq_policy(h, e, s));
+		for (uint32_t j = 0; j < s->keyheap_n; j++) {
+			uint32_t slot = s->keyheap[j].slot;
+			struct md__score_in in;
+			md__score_in_init(h, e, slot, &in);
+			const struct md__page *pg = &e->pages[slot];
+			c[*nc].score = pol->score(pg, &e->t_refresh[(size_t)slot * e->page_tokens],
+						  &in, NULL);
+			c[*nc].first_pos = pg->first_pos;
+			c[*nc].slot = slot;
+			c[*nc].pad = 0;
+			(*nc)++;
+		}
+	}
+	qsort(c, *nc, sizeof(*c), xcand_cmp);
+	return c;
+}
+
+/* evicts from seqs in exact order until *live <= target (live: the scope's
+ * token or page count, which each emit lowers); returns decisions made */
+static size_t decide_exact(struct md__host *h, struct md__engine *e, const uint32_t *seqs,
+			   size_t ns, const uint64_t *live, uint64_t target, uint32_t reason,
+			   struct md__decision *out, size_t cap)
+{
+	size_t nc, n = 0;
+	struct xcand *c = exact_order(h, e, seqs, ns, &nc);
+	for (size_t i = 0; i < nc && n < cap && *live > target; i++)
+		if (e->keyheap_pos[c[i].slot] != MD__NO_HEAP) /* still evictable */
+			emit(h, e, c[i].slot, reason, &out[n++]);
+	free(c);
+	return n;
 }
 
 static int u32_cmp(const void *a, const void *b)
@@ -108,8 +190,15 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 		e->k_applied = k;
 		e->k_dirty = 0;
 		for (uint32_t q = 0; q < e->max_seqs; q++)
-			if (e->seqs[q].k_protect != k)
+			if (e->seqs[q].k_protect != k && !e->seqs[q].own_pos)
 				md__seq_set_protect(h, e, q, k);
+	}
+	/* sequences with own options: their count may move with seqs_live */
+	for (uint32_t i = 0; i < e->own_n; i++) {
+		uint32_t q = e->own_seqs[i];
+		uint32_t kq = md__seq_protect_count(h, e, q, e->seqs_live);
+		if (e->seqs[q].k_protect != kq)
+			md__seq_set_protect(h, e, q, kq);
 	}
 
 	size_t n = 0;
@@ -118,8 +207,7 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 	double lw = h->params.low_watermark;
 	if (bseq != e->ob_budget)
 		ob_rebuild(e, bseq);
-	if (bseq && e->ob_n) {
-		uint64_t target = (uint64_t)floor(lw * (double)bseq);
+	if (e->ob_n) {
 		/* the set in sequence order (emits shrink the set: work on a copy) */
 		uint32_t *ids = e->ob_seqs + e->max_seqs, nids = e->ob_n;
 		memcpy(ids, e->ob_seqs, (size_t)nids * sizeof(*ids));
@@ -128,8 +216,15 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 		for (uint32_t i = 0; i < nids && n < cap; i++) {
 			uint32_t q = ids[i];
 			struct md__seq *s = &e->seqs[q];
-			if (s->tokens_live <= bseq)
+			uint64_t b = md__seq_budget_tokens(h, e, s);
+			if (!b || s->tokens_live <= b)
 				continue;
+			uint64_t target = (uint64_t)floor(lw * (double)b);
+			if (seq_foreign(h, e, q)) {
+				n += decide_exact(h, e, &q, 1, &s->tokens_live, target,
+						  MD_EVICT_SEQUENCE_BUDGET, out + n, cap - n);
+				continue;
+			}
 			if (md__scope_begin(&sc, h, e, &q, 1))
 				return n;
 			uint32_t slot;
@@ -150,6 +245,12 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 		for (uint32_t q = 0; q < e->max_seqs; q++)
 			if (e->seqs[q].keyheap_n)
 				ids[ns++] = q;
+		if (engine_mixed(h, e)) {
+			n += decide_exact(h, e, ids, ns, &e->pages_live, target, reason, out + n,
+					  cap - n);
+			free(ids);
+			return n;
+		}
 		if (md__scope_begin(&sc, h, e, ids, ns)) {
 			free(ids);
 			return n;

@@ -16,7 +16,7 @@
 
 static const char *const reject_names[MD__REJ_COUNT] = {
 	"ok", "type", "slot", "generation", "sequence", "state", "tokens",
-	"mass", "clock", "region", "span", "position",
+	"mass", "clock", "region", "span", "position", "options",
 };
 
 const char *md__reject_name(int reason)
@@ -79,6 +79,8 @@ static void engine_free(struct md__engine *e)
 			free(e->seqs[q].decayheap[c]);
 	}
 	free(e->ob_seqs);
+	free(e->own_seqs);
+	free(e->kpub_seqs);
 	free(e->decayheap_pos);
 	free(e->keyheap_pos);
 	free(e->dcls);
@@ -159,12 +161,20 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->keyheap_pos = big_calloc(page_capacity, sizeof(*e->keyheap_pos));
 	e->dcls = malloc(page_capacity);
 	e->ob_seqs = malloc((size_t)max_seqs * 2 * sizeof(*e->ob_seqs));
+	e->own_seqs = malloc((size_t)max_seqs * sizeof(*e->own_seqs));
+	e->kpub_seqs = malloc((size_t)max_seqs * sizeof(*e->kpub_seqs));
 	e->params = &h->params;
+	e->abi_minor = MD_ABI_MINOR;
 	if (!e->pages || !e->t_refresh || !e->seqs || !e->decayheap_pos || !e->dcls ||
-	    !e->keyheap_pos || !e->ob_seqs) {
+	    !e->keyheap_pos || !e->ob_seqs || !e->own_seqs || !e->kpub_seqs) {
 		engine_free(e);
 		return -ENOMEM;
 	}
+	for (uint32_t q = 0; q < max_seqs; q++) {
+		e->seqs[q].own_policy = MD_SEQ_ENGINE_U32;
+		e->seqs[q].own_budget = MD_SEQ_ENGINE_U64;
+	}
+	e->kpub_all = 1; /* nothing published yet */
 	for (uint32_t i = 0; i < page_capacity; i++)
 		e->keyheap_pos[i] = MD__NO_HEAP;
 	memset(e->dcls, MD__NO_CLASS, page_capacity);
@@ -196,6 +206,15 @@ int md__host_engine_set_opts(struct md__host *h, uint32_t engine_id,
 		return -EINVAL;
 	e->opts = *opts;
 	e->index_epoch = 0; /* policy or budgets may have changed */
+	return 0;
+}
+
+int md__host_engine_set_abi_minor(struct md__host *h, uint32_t engine_id, uint32_t minor)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	e->abi_minor = minor;
 	return 0;
 }
 
@@ -406,6 +425,8 @@ int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 	out->budget_engine_pages = md__engine_page_budget(h, e, NULL);
 	out->decisions = e->decisions;
 	out->decision_ns_total = e->decision_ns_total;
+	out->seqs_own_options = e->own_n;
+	out->seq_options_applied = e->seq_opts_applied;
 	return 0;
 }
 
@@ -537,4 +558,61 @@ void md__host_resync_end(struct md__host *h, uint32_t engine_id)
 		pg->flags &= (uint8_t)~MD__PF_SEEN;
 	}
 	e->in_resync = 0;
+}
+
+int md__host_resync_seq_opts(struct md__host *h, uint32_t engine_id, uint32_t seq,
+			     const struct md_seq_opts *o)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -MD__REJ_STATE;
+	if (o->version == 0) /* never written: the engine's options */
+		return md__seq_set_opts(h, e, seq, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64);
+	return md__seq_set_opts(h, e, seq, o->policy, o->budget_sequence_tokens);
+}
+
+/* ---- what the transport publishes: protection counts, sequence options ---- */
+
+void md__host_protect_changes(struct md__host *h, uint32_t engine_id,
+			      void (*fn)(void *ctx, uint32_t seq, uint32_t k), void *ctx)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return;
+	if (e->kpub_all) {
+		for (uint32_t q = 0; q < e->max_seqs; q++) {
+			struct md__seq *s = &e->seqs[q];
+			s->k_published = s->k_protect;
+			s->kpub_queued = 0;
+			fn(ctx, q, s->k_protect);
+		}
+		e->kpub_all = 0;
+		e->kpub_n = 0;
+		return;
+	}
+	for (uint32_t i = 0; i < e->kpub_n; i++) {
+		uint32_t q = e->kpub_seqs[i];
+		struct md__seq *s = &e->seqs[q];
+		s->kpub_queued = 0;
+		if (s->k_published == s->k_protect)
+			continue;
+		s->k_published = s->k_protect;
+		fn(ctx, q, s->k_protect);
+	}
+	e->kpub_n = 0;
+}
+
+int md__host_seq_opts_get(const struct md__host *h, uint32_t engine_id, uint32_t seq,
+			  struct md__seq_opts_info *out)
+{
+	const struct md__engine *e = md__host_find(h, engine_id);
+	if (!e || seq >= e->max_seqs)
+		return -ENOENT;
+	const struct md__seq *s = &e->seqs[seq];
+	out->policy = s->own_policy;
+	out->policy_effective = md__seq_policy(h, e, s);
+	out->budget = s->own_budget;
+	out->budget_effective = md__seq_budget_tokens(h, e, s);
+	out->k_protect = s->k_protect;
+	return 0;
 }

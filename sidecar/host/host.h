@@ -30,7 +30,8 @@ enum md__reject {
 	MD__REJ_REGION = 9,        /* region id unknown */
 	MD__REJ_SPAN = 10,         /* relabel span empty, reversed or unknown */
 	MD__REJ_POS = 11,          /* first_pos overlaps another page of the sequence */
-	MD__REJ_COUNT = 12,
+	MD__REJ_OPTIONS = 12,      /* sequence options: unknown policy, budget past the limit */
+	MD__REJ_COUNT = 13,
 };
 const char *md__reject_name(int reason);   /* "slot", "generation", ... */
 
@@ -60,6 +61,14 @@ int md__host_engine_set_opts(struct md__host *h, uint32_t engine_id,
 			     const struct md__engine_opts *opts);
 int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
 			     struct md__engine_opts *opts);
+
+/* The largest budget_sequence_tokens a sequence may ask for itself, as the
+ * parameter budget.sequence_tokens (params.c). */
+#define MD__SEQ_BUDGET_MAX (1ull << 48)
+
+/* The ABI minor the engine speaks (its HELLO; default MD_ABI_MINOR): a
+ * 1.0/1.1 engine's MD_REC_SEQ_OPTS is an unknown record type. */
+int md__host_engine_set_abi_minor(struct md__host *h, uint32_t engine_id, uint32_t minor);
 
 /* One record, already copied out of shared memory.  Returns 0 or -reason. */
 int md__host_ingest(struct md__host *h, uint32_t engine_id, const struct md_stats_rec *rec);
@@ -103,6 +112,30 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 void md__host_resync_prune(struct md__host *h, uint32_t engine_id,
 			   const struct md_page_entry *table);
 void md__host_resync_end(struct md__host *h, uint32_t engine_id);
+/* A sequence's options as its engine's table holds them (ABI 1.2, a copy
+ * taken under the entry's version word; version 0: never written, the
+ * engine's options).  Validated as an MD_REC_SEQ_OPTS record: 0 or -reason,
+ * counted by the caller. */
+int md__host_resync_seq_opts(struct md__host *h, uint32_t engine_id, uint32_t seq,
+			     const struct md_seq_opts *o);
+
+/* The protection counts the host applies (each sequence's k_protect: tail
+ * page, protect_recent and its policy's window) that changed since the last
+ * call, or every sequence's after an index rebuild: fn(ctx, seq, k) for each.
+ * Cost: the sequences whose count moved (docs/abi.md, seq_protect). */
+void md__host_protect_changes(struct md__host *h, uint32_t engine_id,
+			      void (*fn)(void *ctx, uint32_t seq, uint32_t k), void *ctx);
+/* One sequence's options and protection count (tests, operators):
+ * policy/budget as stored (MD_SEQ_ENGINE_x: the engine's).  0 or -ENOENT. */
+struct md__seq_opts_info {
+	uint32_t policy;           /* own, or MD_SEQ_ENGINE_U32 */
+	uint32_t policy_effective;
+	uint64_t budget;           /* own, or MD_SEQ_ENGINE_U64 */
+	uint64_t budget_effective; /* 0: none */
+	uint32_t k_protect;
+};
+int md__host_seq_opts_get(const struct md__host *h, uint32_t engine_id, uint32_t seq,
+			  struct md__seq_opts_info *out);
 
 /* One eviction the transport must send. */
 struct md__decision {
@@ -176,6 +209,8 @@ struct md__engine_stats {
 	uint64_t budget_engine_pages;                 /* effective, 0 = none */
 	uint64_t decisions;
 	uint64_t decision_ns_total;
+	uint64_t seqs_own_options;   /* sequences with own options now */
+	uint64_t seq_options_applied; /* MD_REC_SEQ_OPTS records taken */
 };
 int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 			  struct md__engine_stats *out);

@@ -92,6 +92,14 @@ struct md__seq {
 	uint32_t turn_n, turn_cap;
 	uint32_t turn_region;     /* region of the last appended token */
 	uint64_t active_ns;       /* host clock at its last step or page open (0: none) */
+	/* its own options (MD_REC_SEQ_OPTS, ABI 1.2): MD_SEQ_ENGINE_U32/_U64 is
+	 * the engine's setting; own_pos: 1 + its index in e->own_seqs, 0 when both
+	 * fields are the engine's */
+	uint32_t own_policy;
+	uint32_t own_pos;
+	uint64_t own_budget;
+	uint32_t k_published;     /* k_protect as last handed to md__host_protect_changes */
+	uint8_t kpub_queued;      /* in e->kpub_seqs */
 };
 
 #define MD__NO_CLASS 0xffu
@@ -133,6 +141,16 @@ struct md__engine {
 	uint64_t evictions_by_reason[4];
 	uint64_t decisions, decision_ns_total;
 	int in_resync;
+	uint32_t abi_minor;       /* the engine's: MD_REC_SEQ_OPTS from 1.2 on */
+	/* sequences with own options (docs/policies.md, "Per-sequence options") */
+	uint32_t *own_seqs;       /* [max_seqs] */
+	uint32_t own_n;
+	uint64_t seq_opts_applied; /* MD_REC_SEQ_OPTS records taken */
+	/* protection counts to publish: sequences whose k_protect may have moved
+	 * since md__host_protect_changes last ran, or all of them (kpub_all) */
+	uint32_t *kpub_seqs;      /* [max_seqs] */
+	uint32_t kpub_n;
+	int kpub_all;
 };
 
 struct md__host {
@@ -177,8 +195,31 @@ static inline uint64_t md__engine_seq_budget_tokens(const struct md__host *h,
 						   : h->params.budget_sequence_tokens;
 }
 
+/* A sequence's effective policy, norm and token budget: its own options over
+ * the engine's (docs/policies.md, "Per-sequence options"). */
+static inline uint32_t md__seq_policy(const struct md__host *h, const struct md__engine *e,
+				      const struct md__seq *s)
+{
+	return s->own_policy != MD_SEQ_ENGINE_U32 ? s->own_policy : md__engine_policy(h, e);
+}
+
+static inline uint32_t md__seq_norm(const struct md__host *h, const struct md__engine *e,
+				    const struct md__seq *s)
+{
+	if (s->own_policy == MD_SEQ_ENGINE_U32)
+		return md__engine_norm(h, e);
+	return md__policy_get(s->own_policy)->always_relative ? MD_NORM_RELATIVE : h->params.norm;
+}
+
+static inline uint64_t md__seq_budget_tokens(const struct md__host *h, const struct md__engine *e,
+					     const struct md__seq *s)
+{
+	return s->own_budget != MD_SEQ_ENGINE_U64 ? s->own_budget
+						  : md__engine_seq_budget_tokens(h, e);
+}
+
 /* What a policy needs to score the page in slot (its sequence's clock and
- * turns, the engine's norm, the page's identity). */
+ * turns, its sequence's norm, the page's identity). */
 static inline void md__score_in_init(const struct md__host *h, const struct md__engine *e,
 				     uint32_t slot, struct md__score_in *in)
 {
@@ -187,7 +228,7 @@ static inline void md__score_in_init(const struct md__host *h, const struct md__
 	in->slot = slot;
 	in->clock = e->seqs[seq].clock;
 	in->engine_id = e->id;
-	in->norm_mode = md__engine_norm(h, e);
+	in->norm_mode = md__seq_norm(h, e, &e->seqs[seq]);
 	in->page_tokens = e->page_tokens;
 	in->turn_clk = e->seqs[seq].turn_clk;
 	in->turn_n = e->seqs[seq].turn_n;
@@ -210,6 +251,9 @@ uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engin
 uint32_t md__engine_protect_count(const struct md__host *h, const struct md__engine *e);
 uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
 			       uint64_t seqs_live);
+/* the same for sequence q: its own policy and budget when it has them */
+uint32_t md__seq_protect_count(const struct md__host *h, const struct md__engine *e, uint32_t q,
+			       uint64_t seqs_live);
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
 
 /* pagestate.c */
@@ -229,6 +273,19 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
 		  uint64_t clock);
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
+/* A sequence's own options (policy, budget_sequence_tokens; MD_SEQ_ENGINE_x:
+ * the engine's), validated as an MD_REC_SEQ_OPTS record: 0 or -reason. */
+int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t policy,
+		     uint64_t budget);
+/* queues sequence q for md__host_protect_changes */
+static inline void md__kpub_note(struct md__engine *e, uint32_t q)
+{
+	struct md__seq *s = &e->seqs[q];
+	if (s->kpub_queued || e->kpub_all)
+		return;
+	s->kpub_queued = 1;
+	e->kpub_seqs[e->kpub_n++] = q;
+}
 static inline int md__index_live(const struct md__host *h, const struct md__engine *e)
 {
 	return e->index_epoch == h->params_epoch;
@@ -246,13 +303,14 @@ static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb
 	return la < lb ? -1 : la > lb;
 }
 
-/* keeps sequence q's membership of the over-budget set after its tokens_live changed */
+/* keeps sequence q's membership of the over-budget set after its tokens_live
+ * (or its own budget) changed: over its own budget when it has one, else
+ * over the engine's (ob_budget) */
 static inline void md__ob_note(struct md__engine *e, uint32_t q)
 {
-	if (!e->ob_budget)
-		return;
 	struct md__seq *s = &e->seqs[q];
-	int over = s->tokens_live > e->ob_budget;
+	uint64_t b = s->own_budget != MD_SEQ_ENGINE_U64 ? s->own_budget : e->ob_budget;
+	int over = b && s->tokens_live > b;
 	if (over == (s->ob_pos != 0))
 		return;
 	if (over) {

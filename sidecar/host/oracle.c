@@ -1,7 +1,8 @@
 /*
  * oracle.c — brute force, on purpose: every live page of an engine gets its
  * pinned flag, sink flag and protection rank recomputed from the raw state and
- * its score in double by the policy's own score function; candidates are
+ * its score in double by its sequence's policy's own score function (the
+ * sequence's own options over the engine's, docs/policies.md); candidates are
  * sorted by (score, first_pos, slot) and taken in order until each scope is
  * back under its low watermark, exactly as docs/design.md §1 states the rule.
  * The operator's `top` (md__host_top) is the same candidate list, sorted.
@@ -67,14 +68,20 @@ size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *
 	uint64_t seqs_live = 0;
 	for (size_t i = 0; i < nl; i++)
 		seqs_live += i == 0 || live[i].seq != live[i - 1].seq;
-	uint32_t k = md__protect_count_for(h, e, seqs_live);
-	uint32_t policy = md__engine_policy(h, e);
-	const struct md__policy *pol = md__policy_get(policy);
 	struct md__score_in in;
 	size_t nc = 0;
-	uint32_t rank = 0;
+	uint32_t rank = 0, k = 0;
+	const struct md__policy *pol = NULL;
 	for (size_t i = 0; i < nl; i++) {
-		rank = (i == 0 || live[i].seq != live[i - 1].seq) ? 0 : rank + 1;
+		if (i == 0 || live[i].seq != live[i - 1].seq) {
+			/* each sequence's own policy and protection (its options) */
+			const struct md__seq *s = &e->seqs[live[i].seq];
+			k = md__seq_protect_count(h, e, live[i].seq, seqs_live);
+			pol = md__policy_get(md__seq_policy(h, e, s));
+			rank = 0;
+		} else {
+			rank++;
+		}
 		if (rank < k)
 			continue;
 		const struct md__page *pg = &e->pages[live[i].slot];
@@ -115,17 +122,18 @@ static size_t decide_engine(const struct md__host *h, const struct md__engine *e
 			tokens[e->pages[i].seq] += e->pages[i].n_tokens;
 		}
 	double lw = h->params.low_watermark;
-	uint64_t bseq = md__engine_seq_budget_tokens(h, e);
 	if (nc)
 		qsort(c, nc, sizeof(*c), cand_seq_cmp);
-	if (bseq) {
-		uint64_t target = (uint64_t)floor(lw * (double)bseq);
+	{
 		size_t g = 0;
 		for (uint32_t q = 0; q < e->max_seqs && n < cap; q++) {
 			while (g < nc && c[g].seq < q)
 				g++;
-			if (tokens[q] <= bseq)
+			/* the sequence's own budget, else the engine's */
+			uint64_t bseq = md__seq_budget_tokens(h, e, &e->seqs[q]);
+			if (!bseq || tokens[q] <= bseq)
 				continue;
+			uint64_t target = (uint64_t)floor(lw * (double)bseq);
 			for (size_t i = g; i < nc && c[i].seq == q; i++) {
 				if (n >= cap || tokens[q] <= target)
 					break;

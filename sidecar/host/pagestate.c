@@ -106,10 +106,14 @@ void md__page_reindex(struct md__host *h, struct md__engine *e, uint32_t slot)
 	if (!md__index_live(h, e))
 		return; /* rebuilt at the next decision */
 	const struct md__policy *pol = e->pol;
+	/* sinks are the sequence's policy's; keys stay the index policy's
+	 * bounds (a sequence of another policy is decided by an exact sort) */
+	const struct md__policy *spol = s->own_policy != MD_SEQ_ENGINE_U32
+						? md__policy_get(s->own_policy) : pol;
 	pg->flags &= (uint8_t)~(MD__PF_PINNED | MD__PF_SINK);
 	if (md__page_is_pinned(p, pg->labels, pg->n_tokens))
 		pg->flags |= MD__PF_PINNED;
-	if (pol->is_sink && pol->is_sink(pg, p))
+	if (spol->is_sink && spol->is_sink(pg, p))
 		pg->flags |= MD__PF_SINK;
 	struct md__page_id id = {.engine_id = e->id, .slot = slot, .gen = pg->gen};
 	pg->lb_static = pol->static_bound(pg, p, &id);
@@ -137,8 +141,10 @@ void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq,
 	uint32_t n = s->n_pages;
 	uint32_t old = s->k_protect;
 	s->k_protect = k;
-	if (k != e->k_applied)
+	if (k != e->k_applied && !s->own_pos)
 		e->k_dirty = 1;
+	if (k != old)
+		md__kpub_note(e, seq);
 	/* ranks [min(old,k), max(old,k)) change side; rank r is index n-1-r */
 	uint32_t lo = old < k ? old : k, hi = old < k ? k : old;
 	if (hi > n)
@@ -253,9 +259,16 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		       sizeof(s->keyheap[0])))
 		return -MD__REJ_STATE; /* out of memory: refuse the record, keep state */
 	if (s->n_pages == 0) {
-		s->k_protect = md__engine_protect_count(h, e);
-		if (s->k_protect != e->k_applied)
-			e->k_dirty = 1;
+		uint32_t k0 = s->k_protect;
+		if (s->own_pos) {
+			s->k_protect = md__seq_protect_count(h, e, seq, e->seqs_live);
+		} else {
+			s->k_protect = md__engine_protect_count(h, e);
+			if (s->k_protect != e->k_applied)
+				e->k_dirty = 1;
+		}
+		if (s->k_protect != k0)
+			md__kpub_note(e, seq);
 	}
 	if (clock > s->clock)
 		s->clock = clock;
@@ -377,6 +390,56 @@ void md__seq_drop_marked(struct md__host *h, struct md__engine *e, uint32_t seq,
 	}
 }
 
+/* in or out of e->own_seqs as the sequence has own options or not */
+static void own_note(struct md__engine *e, uint32_t q)
+{
+	struct md__seq *s = &e->seqs[q];
+	int own = s->own_policy != MD_SEQ_ENGINE_U32 || s->own_budget != MD_SEQ_ENGINE_U64;
+	if (own == (s->own_pos != 0))
+		return;
+	if (own) {
+		e->own_seqs[e->own_n++] = q;
+		s->own_pos = e->own_n;
+	} else {
+		uint32_t i = s->own_pos - 1, last = e->own_seqs[--e->own_n];
+		e->own_seqs[i] = last;
+		e->seqs[last].own_pos = i + 1;
+		s->own_pos = 0;
+	}
+}
+
+/* A sequence's own options.  What they change follows at once: its place in
+ * the over-budget set (budget), its sink flags (policy) and its protection
+ * count; when the index is not live, its rebuild does the last two. */
+int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t policy,
+		     uint64_t budget)
+{
+	if (seq >= e->max_seqs)
+		return -MD__REJ_SEQ;
+	if (policy != MD_SEQ_ENGINE_U32 && policy >= MD_POLICY_COUNT)
+		return -MD__REJ_OPTIONS;
+	if (budget != MD_SEQ_ENGINE_U64 && budget > MD__SEQ_BUDGET_MAX)
+		return -MD__REJ_OPTIONS;
+	struct md__seq *s = &e->seqs[seq];
+	if (s->own_policy == policy && s->own_budget == budget)
+		return 0;
+	uint32_t old_pol = md__seq_policy(h, e, s);
+	s->own_policy = policy;
+	s->own_budget = budget;
+	own_note(e, seq);
+	md__ob_note(e, seq);
+	if (!md__index_live(h, e))
+		return 0;
+	uint32_t k = s->own_pos ? md__seq_protect_count(h, e, seq, e->seqs_live)
+				: md__engine_protect_count(h, e);
+	if (k != s->k_protect)
+		md__seq_set_protect(h, e, seq, k);
+	if (md__seq_policy(h, e, s) != old_pol)
+		for (uint32_t i = 0; i < s->n_pages; i++)
+			md__page_reindex(h, e, s->pages[i].slot);
+	return 0;
+}
+
 void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 {
 	/* evicting pages are not in the order: scan the slots once */
@@ -393,6 +456,7 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	s->turn_n = 0;
 	s->active_ns = 0;
 	md__ob_note(e, seq);
+	md__seq_set_opts(h, e, seq, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64); /* the engine's again */
 }
 
 static int page_grow(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
@@ -522,7 +586,7 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * sum;
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * sum * nl;
 	pg->cum_raw += sum;
-	int rel = md__engine_norm(h, e) == MD_NORM_RELATIVE;
+	int rel = md__seq_norm(h, e, s) == MD_NORM_RELATIVE;
 	double tau = h->params.tau;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
 	unsigned bits = 0;
@@ -645,6 +709,15 @@ int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_st
 		return 0;
 	case MD_REC_RELABEL:
 		return relabel(h, e, r);
+	case MD_REC_SEQ_OPTS: {
+		if (e->abi_minor < 2)
+			return -MD__REJ_TYPE; /* not a record of the ABI it speaks */
+		int rc = md__seq_set_opts(h, e, r->seq, r->u.seq_opts.policy,
+					  r->u.seq_opts.budget_sequence_tokens);
+		if (!rc)
+			e->seq_opts_applied++;
+		return rc;
+	}
 	default:
 		return -MD__REJ_TYPE;
 	}

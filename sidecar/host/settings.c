@@ -1,7 +1,8 @@
 /*
  * settings.c — an engine's effective settings that no hot path asks: its page
  * budget (its own, or its weighted share of the global one), how many newest
- * pages of a sequence its policy protects, and a page's dominant region.  The
+ * pages of a sequence its policy protects (the engine's, or a sequence's own
+ * policy and budget), and a page's dominant region.  The
  * hot ones (policy, norm, sequence budget, score inputs) are inline in
  * host_internal.h.  A leaf of the host: it calls only the policy table.
  * Budgets: per sequence (tokens), per engine (pages); the global page budget
@@ -42,13 +43,16 @@ uint32_t md__engine_protect_count(const struct md__host *h, const struct md__eng
 	return md__protect_count_for(h, e, e->seqs_live);
 }
 
-uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
-			       uint64_t seqs_live)
+/* tail page and protect_recent, or the policy's window if larger, for a
+ * sequence under policy with token budget bseq (0: its share of the engine's
+ * page budget) */
+static uint32_t protect_count(const struct md__host *h, const struct md__engine *e,
+			      uint32_t policy, uint64_t bseq, uint64_t seqs_live)
 {
 	uint64_t k = 1 + (uint64_t)h->params.protect_recent;
-	const struct md__policy *pol = md__policy_get(md__engine_policy(h, e));
+	const struct md__policy *pol = md__policy_get(policy);
 	if (pol->window_pages) {
-		uint64_t bseq = md__engine_seq_budget_tokens(h, e), bp;
+		uint64_t bp;
 		if (bseq)
 			bp = (bseq + e->page_tokens - 1) / e->page_tokens;
 		else
@@ -58,6 +62,23 @@ uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine
 			k = w;
 	}
 	return k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
+}
+
+uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
+			       uint64_t seqs_live)
+{
+	return protect_count(h, e, md__engine_policy(h, e), md__engine_seq_budget_tokens(h, e),
+			     seqs_live);
+}
+
+uint32_t md__seq_protect_count(const struct md__host *h, const struct md__engine *e, uint32_t q,
+			       uint64_t seqs_live)
+{
+	const struct md__seq *s = &e->seqs[q];
+	if (!s->own_pos)
+		return md__protect_count_for(h, e, seqs_live);
+	return protect_count(h, e, md__seq_policy(h, e, s), md__seq_budget_tokens(h, e, s),
+			     seqs_live);
 }
 
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens)

@@ -3,7 +3,7 @@
 # Each run starts its own daemon (--event-loop BACKEND) on a socket in a fresh
 # mktemp -d directory and drives it with real memdecay-loadgen processes (and
 # nap_engine, tests/nap_engine.c) and memdecayctl.  Scenarios: basic
-# ctl_errors robustness reload lambda policy eight kill9 shutdown nap.
+# ctl_errors robustness reload lambda policy eight kill9 shutdown nap seqopts.
 # Exit 0 = pass; on failure the daemon log is printed.
 set -u
 SCENARIO=$1
@@ -461,6 +461,66 @@ PYEOF
 	bad=$(nap_check nap0 sleep)
 	[ -z "$bad" ] || fail "nap_ms=0: $bad ($(cat "$D/nap0.out"))"
 	echo "nap_ms=50: $(cat "$D/nap50.out"); nap_ms=0: $(cat "$D/nap0.out")"
+	;;
+
+seqopts)
+	# Per-sequence options (ABI 1.2): tests/seqopts_engine.c speaks them by
+	# hand as a 1.2 engine (own budget, own policy and its published window,
+	# hostile records, a resync that reads the table, the end that resets)
+	# and as a 1.1 engine (no options array; its option record is an unknown
+	# type, counted; still served).  Its line says what it saw; the daemon's
+	# stats must count the same.
+	so_run() { # MINOR
+		"$BIN/seqopts_engine" "$SOCK" "$1" >"$D/so$1.out" 2>"$D/so$1.err" &
+		local pid=$!
+		PIDS+=("$pid")
+		for _ in $(seq 400); do
+			grep -q errors "$D/so$1.out" && break
+			kill -0 "$pid" 2>/dev/null || fail "seqopts_engine 1.$1 died: $(cat "$D/so$1.err")"
+			sleep 0.05
+		done
+		grep -q errors "$D/so$1.out" || fail "seqopts_engine 1.$1 did not finish"
+		ctl --json stats >"$D/so$1.json" || fail "stats failed"
+		kill -TERM "$pid"
+		wait "$pid" || fail "seqopts_engine 1.$1: $(cat "$D/so$1.out")"
+	}
+	so_check() { # MINOR
+		python3 - "$D/so$1.out" "$D/so$1.json" "$1" <<'PYEOF'
+import json, sys
+line, st, minor = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+errs = [line["errors"]] if line["errors"] else []
+e = [x for x in st["engines"] if x["name"] == "seqopts-1.%d" % minor]
+if len(e) != 1:
+    errs.append("engine not in stats")
+else:
+    e = e[0]
+    rej = e["rejected"]
+    if minor >= 2:
+        want = {"abi_minor": 2, "seqs_own_options": 2, "seq_options": 2, "violations": 3}
+        if rej["options"] != 2 or rej["sequence"] != 1 or rej["type"] != 0:
+            errs.append("rejected %s: want options 2, sequence 1" % rej)
+        if e["resyncs"] != 1 or e["seq_protect_writes"] < 4:
+            errs.append("resyncs %d, seq_protect writes %d" % (e["resyncs"], e["seq_protect_writes"]))
+    else:
+        want = {"abi_minor": 1, "seqs_own_options": 0, "seq_options": 0, "violations": 1}
+        if rej["type"] != 1 or rej["options"] != 0:
+            errs.append("rejected %s: want type 1" % rej)
+        if line["seq_opts_off"] != 0 or line["seq_protect_off"] == 0:
+            errs.append("segments: seq_opts at %d, seq_protect at %d"
+                        % (line["seq_opts_off"], line["seq_protect_off"]))
+    for k, v in want.items():
+        if e[k] != v:
+            errs.append("%s %s, want %s" % (k, e[k], v))
+print("; ".join(errs))
+PYEOF
+	}
+	start_daemon
+	for m in 2 1; do
+		so_run $m
+		bad=$(so_check $m)
+		[ -z "$bad" ] || fail "ABI 1.$m: $bad ($(cat "$D/so$m.out"))"
+	done
+	echo "1.2: $(cat "$D/so2.out"); 1.1: $(cat "$D/so1.out")"
 	;;
 
 *)
