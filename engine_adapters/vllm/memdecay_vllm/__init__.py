@@ -8,7 +8,7 @@ workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
     pieces            process       what
     api.py            API server    regions from the chat messages, per-request fields
     worker.py         worker        the worker's hooks, joining the parts below
-    attach.py         worker        the attachments to memdecayd, liveness, reattach
+    attach.py         worker        the attachment to memdecayd, liveness, reattach
     mirror.py         worker        vLLM's blocks as memdecayd pages, per request
     attention.py      worker        attention statistics over the kept keys
     reduce.py         worker        token masses to page masses and refresh bits

@@ -1,13 +1,16 @@
 """Worker: a step published to memdecayd, and its commands applied.
 
-One md_publish_batch per attachment carries the step and every page's mass and
-refresh bits (reduce.py).  memdecayd's evict commands are read; each commanded
-page's whole block is dropped (a block is the unit vLLM frees, so its sibling
-pages go with it), the worker's block table gets the null block there, and the
-pairs (request, block) go back to the caller, which sends them to the engine
-core on the step's output (scheduler.py returns the blocks to vLLM's pool).
-While a request is over its budget by more than a block, the worker waits for
-the daemon's decision, up to settle_ms."""
+One md_publish_batch a step carries each scheduled request's clock and the
+mass and refresh bits of every page the daemon may evict (reduce.py).  The
+daemon's evict commands reach vLLM through libmemdecay's settle, which applies
+what is pending through `apply` and, while a request holds more than
+max(budget, floor) + one block (the floor: what the daemon never evicts, from
+the library; the block: the one being written, which vLLM cannot free), waits
+up to settle_ms for the daemon's decision.  `apply` drops a commanded page's
+whole block (a block is the unit vLLM frees, so its sibling pages go with it),
+writes the null block into the worker's block table there and collects the
+pair (request, block); the caller sends the pairs to the engine core on the
+step's output, where scheduler.py returns the blocks to vLLM's pool."""
 import json
 import os
 import time
@@ -19,11 +22,15 @@ from .mirror import PAGE_TOKENS, pinned
 
 
 class Commands:
-    """Publish and command application for the requests of `mirror`, in the
-    worker whose model runner is `runner`; counts into `counters` and writes
-    every evicted block to `trace` (a file, or None)."""
+    """Publish and command application for the requests of `mirror` through
+    client, in the worker whose model runner is `runner`; counts into
+    `counters` and writes every evicted block to `trace` (a file, or None)."""
 
-    def __init__(self, runner, mirror, block_size, settle_ms, counters, trace):
+    def __init__(self, client, batch, name, runner, mirror, block_size, settle_ms, counters,
+                 trace):
+        self.client = client
+        self.batch = batch
+        self.name = name
         self.runner = runner
         self.mirror = mirror
         self.block_size = block_size
@@ -31,17 +38,20 @@ class Commands:
         self.settle_ms = settle_ms
         self.counters = counters
         self.trace = trace
+        self.evicted = None        # the step's (request id, block) pairs, while settling
+        self.pinned_mask = 0       # the parameter block's, read at the step's end
 
-    def publish(self, k, reqs, prm):
-        """One step of attachment k: each request's clock, and the page masses
-        of those the daemon may evict."""
-        b = k.batch
+    def publish(self, reqs, prm):
+        """One step: each request's clock, and the page masses of those the
+        daemon may evict."""
+        b = self.batch
+        c = self.client
         n = 0
         steps = []
         for r in reqs:
             steps.append((r.seq, r.step_tokens))
             r.step_tokens = 0
-            if not k.may_evict:
+            if not r.may_evict:
                 continue            # its clock only: the daemon evicts nothing of it
             live = len(r.pages) * PAGE_TOKENS
             norm = float(live) if prm["norm_mode"] == 1 else 1.0
@@ -58,100 +68,80 @@ class Commands:
                 b.refresh[n] = bits
                 n += 1
             if len(steps) >= b.max_steps or n >= b.capacity:
-                k.client.publish(b, n, steps=steps)
+                c.publish(b, n, steps=steps)
                 steps, n = [], 0
         if steps or n:
-            k.client.publish(b, n, steps=steps)
+            c.publish(b, n, steps=steps)
 
     def writing(self, r):
         """Index of the block r's next token goes into: never freed here."""
         return (r.n - 1) // self.block_size
 
-    def over(self, k, prm):
-        """Whether a request of class k holds more than a block beyond what the
-        daemon can bring it to: max(budget, the tokens it never evicts here:
-        pinned pages, protect_recent newest pages, the block being written)."""
-        if not k.budget or k.budget <= 0:
+    def settle(self, reqs, evicted, prm):
+        """Applies pending commands and, while a request of reqs is over its
+        budget by more than a block, waits (up to settle_ms) for the daemon's
+        decision; appends the (request id, block) pairs evicted to `evicted`."""
+        self.evicted = evicted
+        self.pinned_mask = prm["pinned_mask"]
+        try:
+            return self.client.settle([r.seq for r in reqs], None, self.block_size,
+                                      self.settle_ms, self.apply)
+        finally:
+            self.evicted = None
+
+    def apply(self, ev):
+        """One command: True when its page left the daemon's view of vLLM's cache
+        (its block evicted, or the page alone where the block holds pinned
+        tokens), False when vLLM keeps it (the block being written)."""
+        o = self.mirror.owner.get(ev.slot)
+        if o is None or o[2] != ev.gen:
+            self.counters["stale"] += 1
+            sf = self.mirror.sibling_freed
+            if (ev.slot, ev.gen) in sf:
+                # the daemon wanted the sibling too: its block already went
+                sf.discard((ev.slot, ev.gen))
+                self.counters["siblings_commanded"] += 1
+                if self.trace:
+                    self.trace.write(json.dumps({"pid": os.getpid(), "sibling_commanded": 1,
+                                                 "engine": self.name}) + "\n")
             return False
-        mask, protect = prm["pinned_mask"], prm["protect_recent"]
-        for r in self.mirror.reqs.values():
-            if r.klass is not k or not r.pages:
-                continue
-            last = self.writing(r)
-            order = sorted(r.pages)
-            floor = 0
-            for i, p in enumerate(order):
-                if (p // self.ppb == last or len(order) - 1 - i <= protect
-                        or pinned(r.pages[p][2], mask)):
-                    floor += PAGE_TOKENS
-            if len(order) * PAGE_TOKENS > max(k.budget, floor) + self.block_size:
-                return True
-        return False
+        r, pidx, _ = o
+        b = pidx // self.ppb
+        if b >= self.writing(r):
+            self.counters["deferred"] += 1     # the block being written stays
+            return False
+        if self._pinned_sibling(r, b):
+            # the block also holds pinned tokens: it stays, the page leaves the daemon
+            r.pages.pop(pidx, None)
+            self.mirror.owner.pop(ev.slot, None)
+            self.client.page_free(ev.slot, memdecay.EVICTED)
+            self.counters["kept_for_pinned"] += 1
+            return True
+        self._evict_block(r, b, ev.slot)
+        self.evicted.append((r.id, b))
+        return True
 
-    def settle(self, k, evicted, prm):
-        """Applies pending commands; while a request is over its budget by more
-        than a block, waits (up to settle_ms) for the daemon's decision."""
-        self.apply(k, evicted, prm)
-        if not self.over(k, prm):
-            return
-        deadline = time.monotonic() + self.settle_ms / 1000.0
-        while time.monotonic() < deadline and k.client.attached:
-            k.client.wait_commands(5)
-            if self.apply(k, evicted, prm) and not self.over(k, prm):
-                return
-
-    def apply(self, k, evicted, prm):
-        got = 0
-        for ev in k.client.poll_commands():
-            o = k.owner.get(ev.slot)
-            if o is None or o[2] != ev.gen:
-                self.counters["stale"] += 1
-                if (ev.slot, ev.gen) in k.sibling_freed:
-                    # the daemon wanted the sibling too: its block already went
-                    k.sibling_freed.discard((ev.slot, ev.gen))
-                    self.counters["siblings_commanded"] += 1
-                    if self.trace:
-                        self.trace.write(json.dumps({"pid": os.getpid(), "sibling_commanded":
-                                                     1, "engine": k.name}) + "\n")
-                continue
-            r, pidx, _ = o
-            b = pidx // self.ppb
-            if b >= self.writing(r):
-                self.counters["deferred"] += 1     # the block being written stays
-                continue
-            if self._pinned_sibling(r, b, prm["pinned_mask"]):
-                # the block also holds pinned tokens: it stays, the page leaves the daemon
-                r.pages.pop(pidx, None)
-                k.owner.pop(ev.slot, None)
-                k.client.page_free(ev.slot, memdecay.EVICTED)
-                self.counters["kept_for_pinned"] += 1
-                got += 1
-                continue
-            self._evict_block(k, r, b, ev.slot)
-            evicted.append((r.id, b))
-            got += 1
-        return got
-
-    def _pinned_sibling(self, r, b, mask):
-        return any(pinned(r.pages[p][2], mask)
+    def _pinned_sibling(self, r, b):
+        return any(pinned(r.pages[p][2], self.pinned_mask)
                    for p in range(b * self.ppb, (b + 1) * self.ppb) if p in r.pages)
 
-    def _evict_block(self, k, r, b, commanded_slot):
+    def _evict_block(self, r, b, commanded_slot):
         regs = []
         siblings = 0
+        m = self.mirror
         for pidx in range(b * self.ppb, (b + 1) * self.ppb):
             pg = r.pages.pop(pidx, None)
             if pg is None:
                 continue
-            k.owner.pop(pg[0], None)
+            m.owner.pop(pg[0], None)
             regs.extend(pg[2])
             if pg[0] == commanded_slot:
-                k.client.page_free(pg[0], memdecay.EVICTED)
+                self.client.page_free(pg[0], memdecay.EVICTED)
             else:
-                k.client.page_free(pg[0], memdecay.FINISHED)
-                if len(k.sibling_freed) > 4096:     # commands come within a step or two
-                    k.sibling_freed.clear()
-                k.sibling_freed.add((pg[0], pg[1]))
+                self.client.page_free(pg[0], memdecay.FINISHED)
+                if len(m.sibling_freed) > 4096:     # commands come within a step or two
+                    m.sibling_freed.clear()
+                m.sibling_freed.add((pg[0], pg[1]))
                 siblings += 1
         r.holes.add(b)
         self.counters["evicted_blocks"] += 1
@@ -168,6 +158,6 @@ class Commands:
                 t.block_table.np[row, b] = 0
         if self.trace:
             self.trace.write(json.dumps({"pid": os.getpid(), "evict": r.id, "block": b,
-                                         "regions": sorted(set(regs)), "engine": k.name,
+                                         "regions": sorted(set(regs)), "engine": self.name,
                                          "siblings": siblings,
                                          "t": time.time()}) + "\n")

@@ -13,10 +13,11 @@ One `Engine` lives in each vLLM worker process.  Per scheduler step:
      evicted ride back to the engine core on the step's output, where
      scheduler.py returns the blocks to vLLM's pool.
 
-The attachments to memdecayd are attach.py's.  Fail-open: with no daemon, or
-after it dies, nothing is evicted and vLLM serves as it would without the
-plugin; a fault in a hook costs the step's requests their eviction, never the
-step."""
+The worker's one attachment to memdecayd is attach.py's; a request's budget
+and policy are its sequence's options (mirror.py).  Fail-open: with no
+daemon, or after it dies, nothing is evicted and vLLM serves as it would
+without the plugin; a fault in a hook costs the step's requests their
+eviction, never the step."""
 import functools
 import threading
 import time
@@ -58,22 +59,20 @@ class Engine:
                          "untracked": 0, "kept_for_pinned": 0,
                          "siblings_commanded": 0, "failed_open": 0, "sessions_adopted": 0,
                          "sessions_seeded": 0}
-        self.mirror = Mirror(self.block_size, self.counters)
+        self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs)
+        client = self.att.client
+        if client.attached:
+            _log().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
+        self.mirror = Mirror(client, self.max_seqs, self.block_size, self.counters)
         self.failed = set()        # requests served without eviction after a fault here
         self.holes_only = {}       # such a request's holes, still compacted: req id -> set
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
         self.stats = Stats(self.block_size, self.s.prefill_queries, self.s.layer_stride)
-        self.commands = Commands(runner, self.mirror, self.block_size, self.s.settle_ms,
-                                 self.counters, self.trace)
+        self.commands = Commands(client, self.att.batch, self.att.name, runner, self.mirror,
+                                 self.block_size, self.s.settle_ms, self.counters, self.trace)
         # seconds spent in the plugin's hooks, logged every cost_every steps
         self.cost = {"update": 0.0, "build": 0.0, "forward": 0.0, "step_end": 0.0}
         self.cost_steps = 0
-        self.att = attach.Attachments(self.s, self.page_capacity, self.max_seqs)
-        d = self.att.default
-        if d.client.attached:
-            _log().info("memdecay_vllm: attached to memdecayd at %s as engine %d (%s), "
-                        "%d-token blocks = %d pages", d.client.socket_path,
-                        d.client.engine_id, d.name, self.block_size, self.ppb)
         self.att.start_heartbeat(_lock, lambda: self.last_step)
 
     @property
@@ -119,26 +118,30 @@ class Engine:
 
     # ---- requests ----
     def _track(self, req_id, st):
+        """Starts tracking req_id: its regions, and its own budget and policy
+        (the fields api.py and offline.py checked; None: the engine's) as its
+        sequence's options."""
         self.fault("track")
         args = (st.sampling_params.extra_args if st.sampling_params is not None else None) or {}
-        budget = int(args.get(regions.BUDGET_KEY, self.s.budget_tokens))
-        policy = args.get(regions.POLICY_KEY, self.s.policy)
+        budget = args.get(regions.BUDGET_KEY)
+        budget = int(budget) if budget is not None else None
+        policy = args.get(regions.POLICY_KEY)
         n_prompt = len(st.prompt_token_ids or ())
         runs = args.get(regions.REGIONS_KEY)
         reg = regions.unrle(runs, n_prompt) if runs else []
         reg += [int(Region.USER)] * (n_prompt - len(reg))
+        adopted = self.mirror.adopting.pop(req_id, None)
         try:
-            k = self.att.get(budget, policy, {r.klass for r in self.reqs.values()})
-        except memdecay.MemDecayError as e:
+            r = None
+            if adopted is not None:
+                r = self.mirror.adopt(req_id, reg, budget, policy, *adopted)
+                if r is not None:
+                    return r
+            r = self.mirror.start(req_id, reg, budget, policy)
+        except (memdecay.MemDecayError, ValueError) as e:
             _log().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
                            "eviction: %s", req_id, budget, policy, e)
-            k = None
-        adopted = self.mirror.adopting.pop(req_id, None)
-        if k is not None and adopted is not None:
-            r = self.mirror.adopt(req_id, k, reg, *adopted)
-            if r is not None:
-                return r
-        r = self.mirror.start(req_id, k, reg) if k is not None else None
+            r = None
         if r is None:
             self.counters["untracked"] += 1
             return None
@@ -224,7 +227,7 @@ class Engine:
 
     def _build(self, cm):
         holes, rows = self._holes_by_row(cm)
-        rows = [(r, row) for r, row in rows if r.klass.may_evict]
+        rows = [(r, row) for r, row in rows if r.may_evict]
         kept = {}
         if holes:
             cm, kept = compact(cm, holes, self.block_size)
@@ -255,26 +258,29 @@ class Engine:
             evicted = []
             try:
                 self.fault("step_end")
-                self._step_end(now, evicted)
+                self._step_end(evicted)
             except Exception as e:
                 self.fail_open_all("publishing the step", e)
             return evicted
 
-    def _step_end(self, now, evicted):
-        for k in self.att.all():
-            scheduled = [r for r in self.reqs.values() if r.klass is k and r.step_tokens]
-            if not self.att.liveness(k, now):
-                k.may_evict = False
-                for r in scheduled:     # the mirror's clocks still advance
-                    k.client.seq_step(r.seq, r.step_tokens)
-                    r.step_tokens = 0
-                continue
-            prm = k.client.params()     # one read of the parameter block a step
-            k.may_evict = bool((k.budget and k.budget > 0) or prm["budget_sequence_tokens"]
-                               or prm["budget_engine_pages"])
-            if scheduled:
-                self.commands.publish(k, scheduled, prm)
-            self.commands.settle(k, evicted, prm)
+    def _step_end(self, evicted):
+        c = self.att.client
+        reqs = list(self.reqs.values())
+        scheduled = [r for r in reqs if r.step_tokens]
+        if not self.att.live():
+            for r in reqs:
+                r.may_evict = False
+            for r in scheduled:         # the mirror's clocks still advance
+                c.seq_step(r.seq, r.step_tokens)
+                r.step_tokens = 0
+            return
+        prm = c.params()                # one read of the parameter block a step
+        engine_pages = prm["budget_engine_pages"]
+        for r in reqs:
+            r.may_evict = bool(engine_pages or c.seq_budget_tokens(r.seq))
+        if scheduled:
+            self.commands.publish(scheduled, prm)
+        self.commands.settle([r for r in reqs if r.pages], evicted, prm)
 
     def log_cost(self):
         """Every MEMDECAY_VLLM_COST_EVERY steps, one log line: the hooks' time a step and
