@@ -67,7 +67,7 @@ for b in budgets:
           f"probes, under recency on {sum(v < -0.5 for v in dl)}, within 0.5 on "
           f"{sum(abs(v) <= 0.5 for v in dl)}")
 print()
-regions = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
+regions = list(runs[names[0]]["evictions_by_region"])   # the agent's names, in region id order
 print(f"{'':<18}" + "".join(f"{n:>{cw}}" for n in names))
 print(f"{'evictions':<18}" + "".join(f"{runs[n]['evictions']:>{cw}}" for n in names))
 for g in regions:

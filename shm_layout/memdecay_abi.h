@@ -324,6 +324,7 @@ enum md_evict_reason {
 	MD_EVICT_SEQUENCE_BUDGET = 1,
 	MD_EVICT_ENGINE_BUDGET = 2,
 	MD_EVICT_GLOBAL_BUDGET = 3,
+	MD_EVICT_REASON_COUNT = 4,   /* counters indexed by reason (0: none) */
 };
 
 struct md_cmd {
@@ -453,9 +454,11 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
 /* ---- control socket protocol ----
  * Line-based text, one request per line, at most MD_CTL_LINE_MAX bytes.
  * Engine attach:
- *   HELLO abi=1.0 name=NAME page_tokens=P page_capacity=N max_seqs=S
+ *   HELLO abi=1.2 name=NAME page_tokens=P page_capacity=N max_seqs=S
  *         [tp_rank=R tp_size=T] [policy=NAME] [budget_pages=N]
  *         [budget_sequence_tokens=N] [weight=W] [stats_transport=host|cuda]\n
+ *   abi= is the sender's MD_ABI_MAJOR.MD_ABI_MINOR: another major is refused;
+ *   a higher minor may carry fields this daemon does not know (it skips them).
  *   reply: "OK engine_id=E instance=I\n" carrying four fds by SCM_RIGHTS in
  *          this order: engine segment, daemon segment, doorbell to daemon,
  *          doorbell to engine; or "ERR <message>\n".

@@ -7,10 +7,12 @@ foreach(suite params policy index)
 endforeach()
 
 # The daemon side's rooms depend one way and hold no include circle, and the
-# host's files call each other along a DAG: read from md_host's objects
+# files of md_host, md_daemon and md_loop call each other along a DAG: read
+# from their objects
 # (docs/architecture.md, "Rooms").
 add_test(NAME layering COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/layout/layering.py
-  --root ${PROJECT_SOURCE_DIR} --objects $<TARGET_FILE:md_host> --nm ${CMAKE_NM})
+  --root ${PROJECT_SOURCE_DIR} --objects $<TARGET_FILE:md_host>
+  --objects $<TARGET_FILE:md_daemon> --objects $<TARGET_FILE:md_loop> --nm ${CMAKE_NM})
 set_tests_properties(layering PROPERTIES LABELS "no_asan" TIMEOUT 60)
 
 # The policy bench's own cross-check at a small size, for every policy: its

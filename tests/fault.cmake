@@ -1,11 +1,11 @@
 # Fault suite (docs/design.md §3, docs/reliability.md): real memdecayd, loadgen and
-# memdecay-hostile processes under crashes, restarts, garbage and overload.
+# memdecay-hostile (tests/hostile) processes under crashes, restarts, garbage and overload.
 # Each scenario is one Python script in tests/fault/ with its own daemon and
 # private socket directory.  Label `fault`; the whole suite runs in ~1 minute
 # here (2 cores), plus 1-4 minutes for fault_peer_resync_order (resyncs of
 # 4 Mi pages; longer under ASan+UBSan).  The libFuzzer harnesses (fuzz/) are
 # built from here when -DMEMDECAY_FUZZ=ON (scripts/fuzz.sh runs them).
-if(MEMDECAY_FUZZ AND EXISTS ${PROJECT_SOURCE_DIR}/fuzz/CMakeLists.txt)
+if(MEMDECAY_FUZZ)
   add_subdirectory(${PROJECT_SOURCE_DIR}/fuzz ${PROJECT_BINARY_DIR}/fuzz-build)
 endif()
 

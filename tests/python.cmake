@@ -10,4 +10,10 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(python_binding PROPERTIES
     LABELS "python;no_asan" TIMEOUT 120
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_LAYOUT=$<TARGET_FILE:py_layout>")
+  # the region and policy names Python reads from the library are the ABI's
+  add_test(NAME python_names
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_names.py)
+  set_tests_properties(python_names PROPERTIES
+    LABELS "python;no_asan" TIMEOUT 60
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>")
 endif()

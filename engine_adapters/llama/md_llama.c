@@ -1,6 +1,9 @@
 /*
  * md_llama.c — the llama.cpp adapter: create/bind, the daemon link, commands,
- * the budget wait, decoding and fail-open.  The cell map is in
+ * decoding and fail-open.  The engine contract (reattach, the budget wait and
+ * its floor, applying commands) is libmemdecay's (docs/adapters.md); this file
+ * keeps what is llama.cpp's: freeing a page is llama_memory_seq_rm and the
+ * cell maps.  The cell map is in
  * md_llama_cells.c, the page mirror in md_llama_pages.c, cb_eval and the
  * attention reduction in md_llama_attn.c.  See md_llama.h for the contract and
  * docs/llama.md for why the cell map comes from SET_ROWS and why ubatches are
@@ -136,7 +139,6 @@ static void md__on_attached(md_llama *a, int first)
 {
 	char buf[64];
 	a->attached = 1;
-	a->backoff_ns = 0;
 	a->st.instance_id = md_client_instance_id(a->client);
 	snprintf(buf, sizeof(buf), "%llx", (unsigned long long)a->st.instance_id);
 	if (!first) {
@@ -153,24 +155,14 @@ static void md__on_detached(md_llama *a)
 	a->st.detaches++;
 	md__notice(a, "memdecay: memdecayd unreachable (%s); decoding continues without evictions",
 		   a->client ? md_client_last_error(a->client) : "no client");
-	a->backoff_ns = 100000000ull;
-	a->next_retry_ns = md_now_ns() + a->backoff_ns;
 }
 
-static void md__try_reattach(md_llama *a)
+/* libmemdecay may have dropped the daemon inside a call (a wait, a keepalive
+ * check): tell the user once, as for a loss found at a step boundary. */
+static void md__note_lost(md_llama *a)
 {
-	uint64_t now = md_now_ns();
-	if (!a->client || now < a->next_retry_ns)
-		return;
-	if (md_client_reattach(a->client) == 0 && md_client_attached(a->client)) {
-		/* A new daemon rebuilt our pages from the page table. */
-		md__on_attached(a, 0);
-		return;
-	}
-	a->backoff_ns = a->backoff_ns ? a->backoff_ns * 2 : 100000000ull;
-	if (a->backoff_ns > 2000000000ull)
-		a->backoff_ns = 2000000000ull;
-	a->next_retry_ns = now + a->backoff_ns;
+	if (a->attached && !md_client_attached(a->client))
+		md__on_detached(a);
 }
 
 int md_llama_bind(md_llama *a, struct llama_context *ctx)
@@ -245,118 +237,62 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	return 0;
 }
 
-static void md__apply_commands(md_llama *a)
+/* One evict command, as libmemdecay hands it over (md_apply_fn): the page
+ * leaves llama.cpp's cache and the library's mirror.  A command for a page
+ * this adapter no longer has, or one it refuses (the tail page, a pinned
+ * page), keeps the page. */
+static int md__apply_one(void *ctx, const struct md_evict *ev)
 {
-	struct md_evict cmds[MD_LLAMA_CMD_BATCH];
-	for (;;) {
-		int n = md_poll_commands(a->client, cmds, MD_LLAMA_CMD_BATCH);
-		if (n <= 0)
-			return;
-		for (int i = 0; i < n; i++) {
-			int32_t p = cmds[i].slot < a->page_cap ? a->slot_to_page[cmds[i].slot] : -1;
-			if (p < 0 || !a->pages[p].live || !a->pages[p].registered ||
-			    a->pages[p].gen != cmds[i].gen) {
-				a->st.cmds_stale++;
-				continue;
-			}
-			mdl_evict(a, (uint32_t)p, 1);
-		}
-		if (n < MD_LLAMA_CMD_BATCH)
-			return;
+	md_llama *a = ctx;
+	int32_t p = ev->slot < a->page_cap ? a->slot_to_page[ev->slot] : -1;
+	if (p < 0 || !a->pages[p].live || !a->pages[p].registered || a->pages[p].gen != ev->gen) {
+		a->st.cmds_stale++;
+		return 0;
 	}
+	return mdl_evict(a, (uint32_t)p, 1) == 0;
 }
 
 int md_llama_step(md_llama *a)
 {
 	if (!a->client)
 		return 0;
-	if (a->attached) {
-		if (!md_client_check(a->client, a->cfg.heartbeat_timeout_ms)) {
+	md__note_lost(a);
+	int was = a->attached;
+	/* checks the daemon; detached, reattaches (backing off from 100 ms to
+	 * 2 s) and republishes every page */
+	int up = md_client_maintain(a->client, a->cfg.heartbeat_timeout_ms, MD_LLAMA_RETRY_MS);
+	if (!up) {
+		if (was)
 			md__on_detached(a);
-			return 0;
-		}
-		md__refresh_params(a);
-		md__apply_commands(a);
-	} else {
-		md__try_reattach(a);
-		if (a->attached)
-			md__apply_commands(a);
+		return 0;
 	}
+	if (!was)
+		md__on_attached(a, 0);   /* a new daemon rebuilt our pages */
+	md__refresh_params(a);
+	md_apply_commands(a->client, md__apply_one, a);
 	return 0;
 }
 
-/* Tokens of seq the daemon may not evict: pinned pages, the tail page and the
- * protect_recent newest full pages.  A budget below this cannot be met. */
-static uint64_t md__evict_floor(md_llama *a, llama_seq_id seq)
-{
-	const struct mdl_seq *s = &a->seqs[seq];
-	uint64_t floor = 0;
-	uint32_t recent = a->params.protect_recent;
-	for (uint32_t i = s->page_of_cap; i-- > 0;) {
-		int32_t p = s->page_of[i];
-		if (p < 0)
-			continue;
-		const struct mdl_page *pg = &a->pages[p];
-		if (mdl_page_is_tail(a, pg)) {
-			floor += pg->n_tokens;
-		} else if (recent) {
-			recent--;
-			floor += pg->n_tokens;
-		} else if (mdl_page_pinned(a, pg)) {
-			floor += pg->n_tokens;
-		}
-	}
-	return floor;
-}
-
-/* Over budget: give the daemon a bounded time to evict (it sees the pages we
- * just published).  Fail-open: on timeout decoding goes on. */
+/* Over budget: libmemdecay gives the daemon a bounded time to evict (it sees
+ * the pages just published), down to max(budget, floor) + one page (the page
+ * being written).  Fail-open: on timeout decoding goes on. */
 static void md__budget_wait(md_llama *a, llama_seq_id seq, uint32_t n_next)
 {
-	if (!a->attached || !a->have_params || !a->params.budget_sequence_tokens)
+	if (!a->attached)
 		return;
-	uint64_t limit = a->params.budget_sequence_tokens + a->P;
-	struct mdl_seq *s = &a->seqs[seq];
-	if ((uint64_t)s->live_tokens + n_next <= limit)
+	uint32_t q = (uint32_t)seq;
+	struct md_settle_result res;
+	if (md_settle(a->client, &q, &n_next, 1, a->P, (int)a->cfg.budget_wait_ms, md__apply_one,
+		      a, &res) < 0)
 		return;
-	uint64_t floor = md__evict_floor(a, seq);
-	if (floor + a->P > limit) {
-		limit = floor + a->P;  /* pinned + protected exceed the budget */
-		if ((uint64_t)s->live_tokens + n_next <= limit)
-			return;
-	}
-	/* After a timeout the daemon could not get under budget (pinned and
-	 * protected pages alone exceed it): wait again only once it has evicted. */
-	if (a->wait_suppressed && a->st.evictions == a->evictions_at_timeout)
-		return;
-	a->wait_suppressed = 0;
-	a->st.budget_waits++;
-	uint64_t deadline = md_now_ns() + (uint64_t)a->cfg.budget_wait_ms * 1000000ull;
-	uint64_t ev_seen = a->st.evictions;
-	while ((uint64_t)s->live_tokens + n_next > limit) {
-		uint64_t now = md_now_ns();
-		if (a->st.evictions != ev_seen) {
-			/* The daemon decided and evicted what it could in one go; if
-			 * nothing more comes at once, that is as low as it gets. */
-			ev_seen = a->st.evictions;
-			md_wait_commands(a->client, 2);
-			md_llama_step(a);
-			if (a->st.evictions == ev_seen) {
-				a->st.budget_unreachable++;
-				return;
-			}
-			continue;
-		}
-		if (now >= deadline || !a->attached) {
-			a->st.budget_wait_timeouts++;
-			a->wait_suppressed = 1;
-			a->evictions_at_timeout = a->st.evictions;
-			return;
-		}
-		int ms = (int)((deadline - now) / 1000000ull);
-		md_wait_commands(a->client, ms > 10 ? 10 : (ms ? ms : 1));
-		md_llama_step(a);
-	}
+	a->st.budget_waits += res.waited;
+	if (res.outcome == MD_SETTLE_UNREACHABLE)
+		a->st.budget_unreachable++;
+	/* a daemon lost during the wait ends it as a timeout did */
+	if (res.outcome == MD_SETTLE_TIMEOUT || (res.outcome == MD_SETTLE_DETACHED && res.waited))
+		a->st.budget_wait_timeouts++;
+	md__note_lost(a);
+	md__refresh_params(a);
 }
 
 /* The daemon takes an engine whose heartbeat is stale for hung.  A long
@@ -473,9 +409,11 @@ int md_llama_decode(md_llama *a, llama_seq_id seq, const llama_token *tok,
 		int tracked = regions != NULL && (uint32_t)seq < a->max_seqs;
 		/* Under a budget, go page by page so the daemon can keep occupancy
 		 * within budget + one page.  Otherwise keep llama.cpp's batches. */
-		if (tracked && a->attached && a->have_params && a->params.budget_sequence_tokens) {
+		uint64_t budget = tracked && a->attached
+				? md_seq_budget_tokens(a->client, (uint32_t)seq) : 0;
+		if (budget) {
 			uint64_t live = a->seqs[seq].live_tokens;
-			if (live + k > a->params.budget_sequence_tokens) {
+			if (live + k > budget) {
 				uint32_t in_page = a->P - (uint32_t)(a->seqs[seq].pos_next % a->P);
 				if (k > in_page)
 					k = in_page;

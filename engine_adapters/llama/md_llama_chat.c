@@ -11,21 +11,19 @@
 
 #include "memdecay_abi.h"
 
-static const char *const md__region_names[MD_REGION_BUILTIN_COUNT] = {
-	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad",
-};
-
 int md_llama_region_id(const char *name)
 {
-	for (int i = 0; i < (int)MD_REGION_BUILTIN_COUNT; i++)
-		if (!strcmp(name, md__region_names[i]))
-			return i;
+	for (unsigned i = 0; i < MD_REGION_BUILTIN_COUNT; i++)
+		if (!strcmp(name, md_region_builtin_name(i)))
+			return (int)i;
 	return -1;
 }
 
 const char *md_llama_region_name(int id)
 {
-	return id >= 0 && id < (int)MD_REGION_BUILTIN_COUNT ? md__region_names[id] : "?";
+	const char *n = id >= 0 ? md_region_builtin_name((unsigned)id) : NULL;
+
+	return n ? n : "?";
 }
 
 int md_llama_region_of(const char *role, const char *explicit_region)

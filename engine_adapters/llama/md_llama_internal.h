@@ -3,8 +3,8 @@
  * records, the adapter itself and the functions one file calls in another.
  * Not installed; md_llama.h is the public contract.
  *
- *   md_llama.c        create/bind/destroy, daemon link, budget wait, decode,
- *                     fail-open, the public API
+ *   md_llama.c        create/bind/destroy, daemon link (libmemdecay's contract:
+ *                     maintain, settle, commands), decode, fail-open, the API
  *   md_llama_cells.c  cell -> (seq, pos) map, read from the layer-0 K write
  *   md_llama_pages.c  the page mirror: declaration, registration, eviction
  *   md_llama_attn.c   cb_eval, the attention reduction, the step's records
@@ -24,7 +24,7 @@
 #include "memdecay.h"
 #include "memdecay_clock.h"
 
-#define MD_LLAMA_CMD_BATCH 64
+#define MD_LLAMA_RETRY_MS 100   /* first reattach try after a loss */
 
 struct mdl_page {
 	uint64_t labels;
@@ -99,14 +99,11 @@ struct md_llama {
 	/* daemon */
 	md_client *client;
 	int attached;
-	uint64_t next_retry_ns, backoff_ns;
 	struct md_params_view params;
 	int have_params;
 
 	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
-	int wait_suppressed;
 	uint64_t last_keepalive_ns;
-	uint64_t evictions_at_timeout;
 	int have_batch;
 
 	struct md_llama_stats st;

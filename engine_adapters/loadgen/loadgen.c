@@ -3,9 +3,11 @@
  * token per step into every sequence, labels tokens with regions (system
  * first, then a mix), publishes per-page attention from a chosen pattern,
  * applies the daemon's evictions, and checks the daemon's promises on its own
- * side: no pinned or protected page evicted, no stale command applied, no page
- * freed twice, occupancy never above budget + 1 page.  It survives daemon
- * death (fail-open, local recency fallback at the budget) and reattaches.
+ * side: no pinned or protected page evicted (protected as libmemdecay says:
+ * md_seq_protected_pages, the count the daemon publishes), no stale command
+ * applied, no page freed twice, occupancy never above budget + 1 page.  It
+ * survives daemon death (fail-open, local recency fallback at the budget) and
+ * reattaches (md_client_maintain).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,13 +25,9 @@
 #include "memdecay_clock.h"
 
 #define P 16u
-#define REATTACH_NS (200u * 1000000u)
+#define REATTACH_MS 200u
 
 enum pattern { PAT_UNIFORM, PAT_RECENT, PAT_HEAVY };
-static const char *const region_names[MD_REGIONS_MAX] = {
-	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad",
-	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-};
 
 struct opts {
 	const char *socket, *name, *policy, *dump;
@@ -92,6 +90,7 @@ static struct seq *seqs;
 static uint32_t capacity;
 static uint64_t occupancy;
 static double *tok_mass;   /* scratch: per-token mass of one sequence */
+static uint32_t *rank_buf; /* scratch: one sequence's slots, md_seq_pages */
 static struct md_lathist cmd_lat;  /* now - decided_ns when a command is applied */
 
 static void usage(FILE *f)
@@ -280,46 +279,53 @@ static uint64_t budget_pages(const struct md_params_view *pv)
 	return o.budget_pages > 0 ? (uint64_t)o.budget_pages : 0;
 }
 
+/* Whether slot is among the newest pages of seq that the daemon protects, by
+ * its rank in the library's page order.  Pages only join a sequence at its
+ * newest end, so a page the daemon chose has not moved into that set since. */
+static int page_protected(uint32_t seq, uint32_t slot)
+{
+	uint32_t k = md_seq_protected_pages(cl, seq);
+	int n = md_seq_pages(cl, seq, rank_buf, capacity);
+	for (int i = n > 0 ? n : 0; i-- > 0;) {
+		if ((uint32_t)(n - 1 - i) >= k)
+			return 0;
+		if (rank_buf[i] == slot)
+			return 1;
+	}
+	return 0;
+}
+
+/* One evict command from the library (md_apply_fn), checked against the
+ * daemon's promises before the page goes. */
+static int apply_one(void *ctx, const struct md_evict *ev)
+{
+	const struct md_params_view *pv = ctx;
+	struct page *pg = &pages[ev->slot];
+	uint64_t applied_ns = md_now_ns();
+	st.cmds_seen++;
+	if (ev->slot >= capacity || !pg->live) {
+		st.double_freed++;   /* would free a page already gone */
+		return 0;
+	}
+	if (pg->gen != ev->gen || pg->seq != ev->seq) {
+		st.stale_applied++;  /* library let a stale command through */
+		return 0;
+	}
+	if (page_pinned(pg, pv->pinned_mask))
+		st.pinned_evicted++;
+	if (page_protected(ev->seq, ev->slot))
+		st.protected_evicted++;
+	st.evictions++;
+	if (ev->decided_ns && applied_ns >= ev->decided_ns)
+		md_lathist_record(&cmd_lat, applied_ns - ev->decided_ns);
+	st.by_region[dominant_region(pg)]++;
+	drop_page(ev->slot, MD_FREE_EVICTED);
+	return 1;
+}
+
 static void apply_commands(const struct md_params_view *pv)
 {
-	struct md_evict ev[64];
-	int n;
-	while ((n = md_poll_commands(cl, ev, 64)) > 0) {
-		uint64_t applied_ns = md_now_ns();
-		for (int i = 0; i < n; i++) {
-			struct page *pg = &pages[ev[i].slot];
-			st.cmds_seen++;
-			if (ev[i].slot >= capacity || !pg->live) {
-				st.double_freed++;   /* would free a page already gone */
-				continue;
-			}
-			if (pg->gen != ev[i].gen || pg->seq != ev[i].seq) {
-				st.stale_applied++;  /* library let a stale command through */
-				continue;
-			}
-			struct seq *s = &seqs[pg->seq];
-			if (page_pinned(pg, pv->pinned_mask))
-				st.pinned_evicted++;
-			/* Protected: the tail page and the protect_recent newest full pages. */
-			uint32_t full_newer = 0, idx = UINT32_MAX;
-			for (uint32_t k = 0; k < s->npages; k++)
-				if (s->slots[k] == ev[i].slot)
-					idx = k;
-			for (uint32_t k = idx + 1; k < s->npages; k++)
-				if (pages[s->slots[k]].n == P && s->slots[k] != s->tail)
-					full_newer++;
-			if (ev[i].slot == s->tail || (idx != UINT32_MAX && full_newer < pv->protect_recent &&
-						      pg->n == P))
-				st.protected_evicted++;
-			st.evictions++;
-			if (ev[i].decided_ns && applied_ns >= ev[i].decided_ns)
-				md_lathist_record(&cmd_lat, applied_ns - ev[i].decided_ns);
-			st.by_region[dominant_region(pg)]++;
-			drop_page(ev[i].slot, MD_FREE_EVICTED);
-		}
-		if (n < 64)
-			break;
-	}
+	(void)md_apply_commands(cl, apply_one, (void *)pv);
 }
 
 /* Detached at the budget: evict the oldest page that is neither pinned nor
@@ -330,7 +336,7 @@ static int local_evict(const struct md_params_view *pv)
 	uint64_t best_pos = UINT64_MAX;
 	for (uint32_t q = 0; q < o.seqs; q++) {
 		struct seq *s = &seqs[q];
-		uint32_t protect = pv->protect_recent + 1;
+		uint32_t protect = md_seq_protected_pages(cl, q);
 		for (uint32_t k = 0; k + protect < s->npages; k++) {
 			struct page *pg = &pages[s->slots[k]];
 			if (page_pinned(pg, pv->pinned_mask))
@@ -358,7 +364,9 @@ static void note_occupancy(uint64_t budget)
 }
 
 /* Before opening a page: at budget + 1, wait (bounded) for the daemon; a
- * daemon found dead meanwhile hands over to the local fallback. */
+ * daemon found dead meanwhile hands over to the local fallback.  This is the
+ * engine page budget, which md_settle (per-sequence budgets) does not cover:
+ * loadgen checks that the daemon keeps it within one page. */
 static void make_room(const struct md_params_view *pv)
 {
 	uint64_t budget = budget_pages(pv);
@@ -525,7 +533,8 @@ int main(int argc, char **argv)
 	pages = calloc(capacity, sizeof(*pages));
 	seqs = calloc(o.seqs, sizeof(*seqs));
 	tok_mass = malloc((size_t)o.pages_per_seq * P * sizeof(double));
-	if (!pages || !seqs || !tok_mass)
+	rank_buf = malloc((size_t)capacity * sizeof(uint32_t));
+	if (!pages || !seqs || !tok_mass || !rank_buf)
 		return 1;
 	for (uint32_t q = 0; q < o.seqs; q++) {
 		seqs[q].slots = calloc(o.pages_per_seq + 1, sizeof(uint32_t));
@@ -558,21 +567,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "memdecay-loadgen: not attached (%s), running fail-open\n",
 			md_client_last_error(cl));
 
-	uint64_t t0 = md_now_ns(), last_reattach = t0;
+	uint64_t t0 = md_now_ns();
+	int was_attached = md_client_attached(cl);
 	uint64_t period = o.step_hz > 0 ? (uint64_t)(1e9 / o.step_hz) : 0;
 	uint64_t next_step = t0;
 	struct md_params_view pv;
 	int err = 0;
 	for (uint64_t step = 0; !g_stop && (o.steps == 0 || step < o.steps); step++) {
 		uint64_t step_t0 = md_now_ns();
-		if (!md_client_check(cl, o.hb_timeout_ms)) {
-			uint64_t t = md_now_ns();
-			if (t - last_reattach >= REATTACH_NS) {
-				last_reattach = t;
-				if (md_client_reattach(cl) == 0)
-					st.reattaches++;
-			}
-		}
+		int up = md_client_maintain(cl, o.hb_timeout_ms, REATTACH_MS);
+		if (up && !was_attached)
+			st.reattaches++;
+		was_attached = up;
 		(void)md_client_params(cl, &pv);
 		for (uint32_t q = 0; q < o.seqs && !err; q++) {
 			if (seqs[q].pos >= seqs[q].end_pos)
@@ -627,7 +633,7 @@ int main(int argc, char **argv)
 		       st.stale_applied, st.double_freed, st.over_budget_max_pages, st.max_occupancy,
 		       budget);
 		for (uint32_t r = 0; r < MD_REGION_BUILTIN_COUNT; r++)
-			printf("%s\"%s\": %" PRIu64, r ? ", " : "", region_names[r], st.by_region[r]);
+			printf("%s\"%s\": %" PRIu64, r ? ", " : "", md_region_builtin_name(r), st.by_region[r]);
 		printf("}, \"reattaches\": %" PRIu64 ", \"attn_dropped\": %" PRIu64
 		       ", \"lifecycle_dropped\": %" PRIu64 ", \"resyncs\": %" PRIu64
 		       ", \"cmds_stale\": %" PRIu64 ", \"local_evictions\": %" PRIu64
@@ -649,7 +655,7 @@ int main(int argc, char **argv)
 		int any = 0;
 		for (uint32_t r = 0; r < MD_REGION_BUILTIN_COUNT; r++)
 			if (st.by_region[r]) {
-				printf("%s%s %" PRIu64, any ? ", " : "", region_names[r], st.by_region[r]);
+				printf("%s%s %" PRIu64, any ? ", " : "", md_region_builtin_name(r), st.by_region[r]);
 				any = 1;
 			}
 		printf(")\n  pinned_evicted %" PRIu64 " stale_applied %" PRIu64 " double_freed %" PRIu64

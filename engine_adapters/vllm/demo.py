@@ -21,7 +21,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests"))
 import harness  # noqa: E402
 
-REGIONS = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
+os.environ.setdefault("MEMDECAY_LIBRARY", str(harness.LIB))
+import memdecay  # noqa: E402  (after MEMDECAY_LIBRARY: the region names come from the library)
 
 
 def probes(trace):
@@ -91,7 +92,7 @@ def main():
               "".join("%15d" % sum(ok for ok, _ in results[n]) for n in names))
         print("\nevicted blocks by region (a block counts for each region among its tokens):")
         print("%-12s" % "region" + "".join("%15s" % n for n in names[1:]))
-        for ri, reg in enumerate(REGIONS):
+        for ri, reg in enumerate(memdecay.region_names()):
             cnt = []
             for n in names[1:]:
                 mine = set(ids[n])

@@ -24,46 +24,12 @@
 #include "log.h"
 #include "memdecay_clock.h"
 
-static const char *detach_names[] = { "eof", "heartbeat", "violations", "shutdown", "error" };
-
-const char *md__detach_reason_name(int r)
-{
-	return r >= 0 && r < MD__DETACH_COUNT ? detach_names[r] : "?";
-}
-
 static uint32_t pow2_at_least(uint64_t v, uint32_t cap)
 {
 	uint64_t p = 1;
 	while (p < v && p < cap)
 		p <<= 1;
 	return (uint32_t)(p > cap ? cap : p);
-}
-
-struct md__peer *md__peer_find(struct md__daemon *d, uint32_t id)
-{
-	for (struct md__peer *e = d->engines; e; e = e->next)
-		if (e->id == id)
-			return e;
-	return NULL;
-}
-
-struct md__peer *md__peer_lookup(struct md__daemon *d, const char *s)
-{
-	uint64_t id;
-	if (md__parse_u64(s, &id) == 0 && id <= UINT32_MAX) {
-		struct md__peer *e = md__peer_find(d, (uint32_t)id);
-		if (e)
-			return e;
-	}
-	struct md__peer *hit = NULL;
-	for (struct md__peer *e = d->engines; e; e = e->next) {
-		if (!strcmp(e->name, s)) {
-			if (hit)
-				return NULL; /* ambiguous: ask for the id */
-			hit = e;
-		}
-	}
-	return hit;
 }
 
 static void seg_header(struct md_segment_header *h, uint32_t kind, uint64_t size,
@@ -94,25 +60,6 @@ static int make_memfd(const char *name, uint64_t size)
 		return -err;
 	}
 	return fd;
-}
-
-static void engine_free(struct md__peer *e)
-{
-	if (e->eseg)
-		munmap((void *)e->eseg, e->eseg_size);
-	if (e->dseg)
-		munmap(e->dseg, e->dseg_size);
-	int fds[] = { e->eseg_fd, e->dseg_fd, e->bell_to_daemon_fd, e->bell_to_engine_fd };
-	for (int i = 0; i < 4; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	md__cuda_transport_close(e);
-	md__calib_tracker_free(e->calib.tracker);
-	free(e->pending);
-	free(e->resync_buf);
-	free(e->resync_clocks);
-	free(e->resync_order);
-	free(e);
 }
 
 static void bell_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf, void *ud)
@@ -465,37 +412,8 @@ fail_host:
 fail:
 	snprintf(err, sizeof(err), "attach failed at %s: %s", step, strerror(-rc));
 	md__err("engine %u (%s): %s", e->id, e->name, err);
-	engine_free(e);
+	md__peer_free(e);
 	refuse(d, c, err);
 	return rc;
 }
 
-void md__peer_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why)
-{
-	struct md__peer **pp = &d->engines;
-	while (*pp && *pp != e)
-		pp = &(*pp)->next;
-	if (!*pp)
-		return;
-	*pp = e->next;
-	d->n_engines--;
-	d->detaches[reason]++;
-	d->dirty = 1;
-	md__info("engine %u (%s) detached: %s%s%s (records %llu, evictions sent %llu, "
-		 "violations %llu)",
-		 e->id, e->name, md__detach_reason_name(reason), why ? ": " : "", why ? why : "",
-		 (unsigned long long)e->records, (unsigned long long)e->cmds_sent,
-		 (unsigned long long)e->violations);
-	md__host_engine_remove(d->host, e->id);
-	if (d->calib)
-		md__calib_live_detach(d->calib, &e->calib);
-	md__loop_unwatch(d->loop, e->bell_w);
-	if (e->conn) {
-		struct md__conn *c = e->conn;
-		c->engine = NULL;
-		e->conn = NULL;
-		if (reason != MD__DETACH_EOF)
-			md__conn_close(d, c);
-	}
-	engine_free(e);
-}

@@ -3,10 +3,10 @@
  * (cuda_transport.h).  The export record lives in the engine segment at
  * off.engine.cuda_ring_export; like everything there it is copied out before
  * it is looked at, and md_cuda_ring.h validates the copy again (magic,
- * version, record size, capacity) before it opens any handle.  Records
- * drained from the device go through the host ring's checks: the stamp
- * (md_ring_stamp_ok, torn records counted by md__peer_torn), then
- * md__peer_ingest_rec, the same accounting and host validation.
+ * version, record size, capacity) before it opens any handle.  This file
+ * only opens and drains the device ring; engine.c puts what it drained
+ * through the host ring's checks (the stamp, then the same accounting and
+ * host validation), so it calls no other daemon file.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -61,35 +61,27 @@ int md__cuda_transport_open(struct md__peer *e, char *err, size_t errlen)
 	return 0;
 }
 
-int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e)
+int md__cuda_transport_drain(struct md__peer *e, uint64_t *first, int *reason, char *err,
+			     size_t errlen)
 {
-	char err[256];
 	if (!e->cuda_rd) {
-		int rc = md__cuda_transport_open(e, err, sizeof(err));
+		int rc = md__cuda_transport_open(e, err, errlen);
 		if (rc == -EAGAIN)
 			return 0;
 		if (rc < 0) {
-			md__peer_detach(d, e, MD__DETACH_ERROR, err);
-			return -1;
+			*reason = MD__DETACH_ERROR;
+			return rc;
 		}
 		md__info("engine %u (%s): CUDA stats ring opened", e->id, e->name);
 	}
 	if (!e->cuda_buf && !(e->cuda_buf = malloc(MD__INGEST_BATCH * sizeof(struct md_stats_rec))))
 		return 0;
-	uint64_t first = mdk_cuda_ring_reader_head(e->cuda_rd);
+	*first = mdk_cuda_ring_reader_head(e->cuda_rd);
 	int n = mdk_cuda_ring_drain(e->cuda_rd, e->cuda_buf, MD__INGEST_BATCH);
 	if (n < 0) {
-		snprintf(err, sizeof(err), "CUDA stats ring: %s", mdk_cuda_last_error());
-		md__peer_detach(d, e, MD__DETACH_VIOLATIONS, err);
-		return -1;
-	}
-	/* The host ring's rules: the stamp first, then the record's meaning. */
-	for (int i = 0; i < n; i++) {
-		int rc = md_ring_stamp_ok(&e->cuda_buf[i], first + (uint64_t)i)
-				 ? md__peer_ingest_rec(d, e, &e->cuda_buf[i])
-				 : md__peer_torn(d, e, first + (uint64_t)i);
-		if (rc < 0)
-			return -1;
+		snprintf(err, errlen, "CUDA stats ring: %s", mdk_cuda_last_error());
+		*reason = MD__DETACH_VIOLATIONS;
+		return n;
 	}
 	return n;
 }

@@ -28,15 +28,14 @@ int md__cuda_transport_admit(char *err, size_t errlen);
  * negative errno with the message. */
 int md__cuda_transport_open(struct md__peer *e, char *err, size_t errlen);
 
-/* Each service pass: open once published, then drain a bounded batch into
- * the ingest path.  Returns records ingested, or -1 if the engine was
- * detached (open or drain failed). */
-int md__cuda_transport_service(struct md__daemon *d, struct md__peer *e);
+/* Each service pass: open the ring once published, then drain a bounded
+ * batch into e->cuda_buf.  Returns the records drained (0 while nothing is
+ * published), the first one's ring index in *first; or a negative errno with
+ * the message and the detach reason (enum md__detach_reason) the caller
+ * detaches the engine for. */
+int md__cuda_transport_drain(struct md__peer *e, uint64_t *first, int *reason, char *err,
+			     size_t errlen);
 
 void md__cuda_transport_close(struct md__peer *e);
-
-/* engine.c: a record whose stamp does not match the index it was taken at,
- * on either ring: counted, a violation.  0, or -1 if the engine was detached. */
-int md__peer_torn(struct md__daemon *d, struct md__peer *e, uint64_t index);
 
 #endif

@@ -197,9 +197,18 @@ static inline const struct md__params *md__daemon_params(const struct md__daemon
 
 /* attach.c */
 int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_line);
+
+/* peer.c: the end of a peer, below every file that ends one */
 void md__peer_detach(struct md__daemon *d, struct md__peer *e, int reason, const char *why);
+void md__peer_free(struct md__peer *e);   /* an engine never registered, or detached */
 struct md__peer *md__peer_find(struct md__daemon *d, uint32_t id);
 struct md__peer *md__peer_lookup(struct md__daemon *d, const char *id_or_name);
+void md__conn_close(struct md__daemon *d, struct md__conn *c);
+void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len);
+static inline size_t md__conn_queued(const struct md__conn *c)
+{
+	return c->out_len - c->out_off;
+}
 
 /* engine.c */
 int md__peers_service(struct md__daemon *d);   /* returns 1 if it found work */
@@ -226,7 +235,5 @@ int md__control_metrics(struct md__daemon *d, struct md__sbuf *b);
 /* server.c */
 /* 1 if uid (with primary gid) is a member of group (primary or supplementary). */
 int md__uid_in_group(uid_t uid, gid_t gid, gid_t group);
-void md__conn_close(struct md__daemon *d, struct md__conn *c);
-void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len);
 
 #endif

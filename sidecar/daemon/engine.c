@@ -311,6 +311,17 @@ static int race_possible(int reason)
 static int ingest_result(struct md__daemon *d, struct md__peer *e,
 			 const struct md_stats_rec *rec, int rc, uint16_t refreshed);
 
+/* A record whose stamp does not match the index it was taken at, on either
+ * ring: counted, a violation.  0, or -1 if the engine was detached. */
+static int peer_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
+{
+	e->torn++;
+	md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
+		  (unsigned long long)index);
+	return violation(d, e, "torn record") ? -1 : 0;
+}
+
+
 /* Hands n copied records to the host at once, then settles each in order.
  * Returns 0, or -1 if the engine was detached (e is gone: stop at once). */
 __attribute__((noinline)) static int ingest_chunk(struct md__daemon *d, struct md__peer *e,
@@ -404,7 +415,7 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 			if (ingest_chunk(d, e, recs, nrec, rcs) < 0)
 				return -1;
 			nrec = 0;
-			if (md__peer_torn(d, e, e->stats.next - 1) < 0)
+			if (peer_torn(d, e, e->stats.next - 1) < 0)
 				return -1;
 			continue;
 		}
@@ -449,14 +460,6 @@ static int64_t ingest(struct md__daemon *d, struct md__peer *e)
 	if (i)
 		md_ring_release(&e->stats);
 	return i ? i : e->relabel_pending;
-}
-
-int md__peer_torn(struct md__daemon *d, struct md__peer *e, uint64_t index)
-{
-	e->torn++;
-	md__debug("engine %u (%s): torn record at index %llu", e->id, e->name,
-		  (unsigned long long)index);
-	return violation(d, e, "torn record") ? -1 : 0;
 }
 
 int md__peer_ingest_rec(struct md__daemon *d, struct md__peer *e,
@@ -545,6 +548,30 @@ static void publish_protect_all(struct md__daemon *d)
 			md__host_protect_changes(d->host, e->id, publish_protect, e);
 }
 
+/* The CUDA stats ring (HELLO stats_transport=cuda): what cuda_transport.c
+ * drained goes through the host ring's rules, the stamp first, then the
+ * record's meaning.  Returns records ingested, or -1 if the engine was
+ * detached (open or drain failed, or its records got it detached). */
+static int cuda_service(struct md__daemon *d, struct md__peer *e)
+{
+	char err[256];
+	uint64_t first = 0;
+	int reason = MD__DETACH_ERROR;
+	int n = md__cuda_transport_drain(e, &first, &reason, err, sizeof(err));
+	if (n < 0) {
+		md__peer_detach(d, e, reason, err);
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		int rc = md_ring_stamp_ok(&e->cuda_buf[i], first + (uint64_t)i)
+				 ? md__peer_ingest_rec(d, e, &e->cuda_buf[i])
+				 : peer_torn(d, e, first + (uint64_t)i);
+		if (rc < 0)
+			return -1;
+	}
+	return n;
+}
+
 int md__peers_service(struct md__daemon *d)
 {
 	int work = 0;
@@ -566,7 +593,7 @@ int md__peers_service(struct md__daemon *d)
 		if (n < 0)
 			continue; /* detached */
 		if (e->stats_transport == MD__STATS_CUDA) {
-			int nc = md__cuda_transport_service(d, e);
+			int nc = cuda_service(d, e);
 			if (nc < 0)
 				continue; /* detached */
 			n += nc;

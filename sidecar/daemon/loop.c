@@ -119,26 +119,6 @@ int md__loop_set_timer(struct md__loop *l, uint32_t interval_ms, md__timer_fn *f
 	return 0;
 }
 
-static int should_rearm(struct md__watch *w, int res)
-{
-	if (w->kind == MD__WATCH_ACCEPT) {
-		if (res >= 0 || res == -EAGAIN || res == -EINTR || res == -ECONNABORTED)
-			return 1;
-		if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM)
-			w->paused = 1; /* retry at the next tick instead of spinning */
-		return 0;
-	}
-	return res > 0 || res == -EAGAIN || res == -EINTR;
-}
-
-int md__loop_dispatch(struct md__loop *l, struct md__watch *w, int res)
-{
-	w->fn(l, w, res, w->buf, w->ud);
-	if (w->dead)
-		return 0;
-	return should_rearm(w, res);
-}
-
 static void sweep(struct md__loop *l)
 {
 	struct md__watch **pp = &l->watches;

@@ -43,37 +43,6 @@
 static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const void *buf,
 			 void *ud);
 
-static void conn_free(struct md__conn *c)
-{
-	free(c->out);
-	free(c);
-}
-
-void md__conn_close(struct md__daemon *d, struct md__conn *c)
-{
-	if (c->dead)
-		return;
-	if (c->engine)
-		md__peer_detach(d, c->engine, MD__DETACH_EOF, "connection closed");
-	c->dead = 1;
-	if (c->w)
-		md__loop_unwatch(d->loop, c->w);
-	close(c->fd);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		d->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	d->n_conns--;
-	conn_free(c);
-}
-
-static size_t conn_queued(const struct md__conn *c)
-{
-	return c->out_len - c->out_off;
-}
-
 static int conn_process(struct md__daemon *d, struct md__conn *c);
 
 /* Sends what is queued; returns 0, or -1 if the connection was closed. */
@@ -103,37 +72,6 @@ static int conn_flush(struct md__daemon *d, struct md__conn *c)
 		return -1;
 	}
 	return 0;
-}
-
-/* Appends to the queued output: the sent prefix is dropped only when room is
- * needed and the buffer doubles, so queueing costs amortized O(len), not a
- * copy of the whole backlog per reply. */
-void md__conn_send(struct md__daemon *d, struct md__conn *c, const char *buf, size_t len)
-{
-	(void)d;
-	if (!conn_queued(c)) {
-		c->out_len = c->out_off = 0;
-		c->out_progress_ns = md_now_ns();
-	}
-	if (c->out_len + len > c->out_cap && c->out_off) {
-		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
-		c->out_len -= c->out_off;
-		c->out_off = 0;
-	}
-	if (c->out_len + len > c->out_cap) {
-		size_t nc = c->out_cap ? c->out_cap : 4096;
-		while (nc < c->out_len + len)
-			nc *= 2;
-		char *np = realloc(c->out, nc);
-		if (!np) {
-			c->close_after_reply = 1;
-			return;
-		}
-		c->out = np;
-		c->out_cap = nc;
-	}
-	memcpy(c->out + c->out_len, buf, len);
-	c->out_len += len;
 }
 
 /* One complete line from a connection.  Returns -1 if the conn is gone. */
@@ -178,7 +116,7 @@ static int conn_process(struct md__daemon *d, struct md__conn *c)
 	for (;;) {
 		if (c->close_after_reply)
 			return 0;
-		if (!c->engine && conn_queued(c) > MD__CONN_OUT_CAP) {
+		if (!c->engine && md__conn_queued(c) > MD__CONN_OUT_CAP) {
 			if (!c->paused) {
 				c->paused = 1;
 				if (c->w) {
@@ -186,7 +124,7 @@ static int conn_process(struct md__daemon *d, struct md__conn *c)
 					c->w = NULL;
 				}
 				md__debug("connection from pid %d: %zu reply bytes unread, requests wait",
-					  (int)c->pid, conn_queued(c));
+					  (int)c->pid, md__conn_queued(c));
 			}
 			return 0;
 		}
@@ -249,7 +187,7 @@ static void conn_recv_cb(struct md__loop *l, struct md__watch *w, int res, const
  * waiting lines, then read from it again. */
 static void conn_resume(struct md__daemon *d, struct md__conn *c)
 {
-	if (!c->paused || conn_queued(c) > MD__CONN_OUT_CAP / 2)
+	if (!c->paused || md__conn_queued(c) > MD__CONN_OUT_CAP / 2)
 		return;
 	c->paused = 0;
 	if (conn_process(d, c) < 0 || c->paused || c->close_after_reply)
@@ -333,14 +271,14 @@ static void accept_cb(struct md__loop *l, struct md__watch *w, int res, const vo
 		for (struct md__conn *k = d->conns; k; k = k->next) {
 			if (k->engine)
 				continue;
-			int busy = conn_queued(k) > 0, old_busy = old && conn_queued(old) > 0;
+			int busy = md__conn_queued(k) > 0, old_busy = old && md__conn_queued(old) > 0;
 			if (!old || busy < old_busy ||
 			    (busy == old_busy && k->opened_ns <= old->opened_ns))
 				old = k;
 		}
 		if (old) {
 			static const char bye[] = MD_CTL_EVICTED_LINE "\n";
-			if (!conn_queued(old)) {
+			if (!md__conn_queued(old)) {
 				ssize_t ignored = send(old->fd, bye, sizeof(bye) - 1,
 						       MSG_DONTWAIT | MSG_NOSIGNAL);
 				(void)ignored;
@@ -441,13 +379,13 @@ static void tick_cb(struct md__loop *l, void *ud)
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
 		next = c->next;
-		if (!c->engine && !conn_queued(c) && now - c->opened_ns > MD__OPERATOR_IDLE_NS) {
+		if (!c->engine && !md__conn_queued(c) && now - c->opened_ns > MD__OPERATOR_IDLE_NS) {
 			md__debug("closing idle control connection from pid %d", (int)c->pid);
 			md__conn_close(d, c);
-		} else if (conn_queued(c) && now - c->out_progress_ns > MD__CONN_OUT_STALL_NS) {
+		} else if (md__conn_queued(c) && now - c->out_progress_ns > MD__CONN_OUT_STALL_NS) {
 			/* a client that stopped reading its replies */
 			md__info("closing connection from pid %d uid %u: %zu reply bytes unread for %llu ms",
-				 (int)c->pid, (unsigned)c->uid, conn_queued(c),
+				 (int)c->pid, (unsigned)c->uid, md__conn_queued(c),
 				 (unsigned long long)((now - c->out_progress_ns) / 1000000ull));
 			md__conn_close(d, c);
 		}
@@ -638,7 +576,7 @@ static void flush_all(struct md__daemon *d)
 	struct md__conn *c = d->conns, *next;
 	for (; c; c = next) {
 		next = c->next;
-		if (conn_queued(c) && conn_flush(d, c) < 0)
+		if (md__conn_queued(c) && conn_flush(d, c) < 0)
 			continue;
 		if (c->paused)
 			conn_resume(d, c);

@@ -75,7 +75,7 @@ static void emit(struct md__host *h, struct md__engine *e, uint32_t slot, uint32
 	out->reason = reason;
 	e->evictions++;
 	e->evictions_by_region[md__dominant_region(pg->labels, pg->n_tokens)]++;
-	if (reason < 4)
+	if (reason < MD_EVICT_REASON_COUNT)
 		e->evictions_by_reason[reason]++;
 	md__page_set_evicting(h, e, slot);
 }

@@ -205,7 +205,7 @@ struct md__engine_stats {
 	uint64_t rejected[MD__REJ_COUNT];
 	uint64_t evictions;
 	uint64_t evictions_by_region[MD_REGIONS_MAX]; /* by dominant region */
-	uint64_t evictions_by_reason[4];
+	uint64_t evictions_by_reason[MD_EVICT_REASON_COUNT];
 	uint64_t budget_engine_pages;                 /* effective, 0 = none */
 	uint64_t decisions;
 	uint64_t decision_ns_total;

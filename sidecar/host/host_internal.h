@@ -138,7 +138,7 @@ struct md__engine {
 	uint64_t rejected[MD__REJ_COUNT];
 	uint64_t evictions;
 	uint64_t evictions_by_region[MD_REGIONS_MAX];
-	uint64_t evictions_by_reason[4];
+	uint64_t evictions_by_reason[MD_EVICT_REASON_COUNT];
 	uint64_t decisions, decision_ns_total;
 	int in_resync;
 	uint32_t abi_minor;       /* the engine's: MD_REC_SEQ_OPTS from 1.2 on */

@@ -16,10 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const builtin_region_names[MD_REGION_BUILTIN_COUNT] = {
-	"system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad",
-};
-
 void md__params_defaults(struct md__params *p)
 {
 	memset(p, 0, sizeof(*p));
@@ -30,7 +26,7 @@ void md__params_defaults(struct md__params *p)
 		if (r < MD_REGION_BUILTIN_COUNT) {
 			p->base[r] = base[r];
 			p->lambda[r] = lambda[r];
-			snprintf(p->region_name[r], MD__REGION_NAME_MAX, "%s", builtin_region_names[r]);
+			snprintf(p->region_name[r], MD__REGION_NAME_MAX, "%s", md_region_builtin_name(r));
 		} else {
 			/* extra regions start like dialogue until configured */
 			p->base[r] = 0.7;

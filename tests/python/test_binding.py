@@ -319,12 +319,43 @@ class Contract(unittest.TestCase):
         self.assertEqual(c.seq_pages(0), sorted(live, key=live.get))
         c.close()
 
+    def test_floor_knows_the_policy_window(self):
+        """h2o protects a window of newest pages that the parameter block does
+        not carry: the daemon publishes the count, the library's floor uses it."""
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=128,
+                            max_seqs=2, policy="h2o", budget_sequence_tokens=512,
+                            engine_name="py-h2o")
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        for i in range(40):
+            c.page_open(0, i * 16, 16, user)
+        b = c.batch()
+        pages = c.seq_pages(0)
+        for n, slot in enumerate(pages):
+            b.slots[n], b.mass[n], b.refresh[n] = slot, 0.01, 0
+        c.publish(b, len(pages), steps=[(0, 640)])
+        protect = 1 + c.params()["protect_recent"]
+        k = wait_for(lambda: c.seq_protected_pages(0) > protect and c.seq_protected_pages(0),
+                     what="the daemon's published h2o window")
+        self.assertEqual(c.seq_floor(0), 16 * k)
+        # a sequence of its own policy (recency: no window) gets the plain count
+        self.assertEqual(c.seq_set_options(1, policy="recency", budget=64), 0)
+        self.assertEqual(c.seq_options(1), {"policy": memdecay.policy_from_name("recency"),
+                                            "budget": 64})
+        self.assertEqual(c.seq_budget_tokens(1), 64)
+        for i in range(3):
+            c.page_open(1, i * 16, 16, user)
+        c.publish(b, 0, steps=[(1, 48)])
+        time.sleep(0.2)
+        self.assertEqual(c.seq_protected_pages(1), protect)
+        c.close()
+
     def test_maintain_reattaches(self):
         self.d = Daemon(self.sock)
         c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=8,
                             engine_name="py-maintain")
         c.page_open(0, 0, 16, 0)
-        self.assertIn(c.seq_set_options(0, budget=32), (0, memdecay.NOTSUP))
+        self.assertEqual(c.seq_set_options(0, budget=32), 0)
         self.assertTrue(c.maintain(0, 20))
         self.d.stop(signal.SIGKILL)
         wait_for(lambda: not c.maintain(50, 20), what="the client to notice the dead daemon")
@@ -333,8 +364,9 @@ class Contract(unittest.TestCase):
         self.assertEqual(c.counters()["reattaches"], 1)
         self.assertEqual(c.seq_options(0)["budget"], 32)
         wait_for(lambda: [e for e in self.d.json("stats")["engines"]
-                          if e["id"] == c.engine_id and e["pages_live"] == 1],
-                 what="the live page republished to the new daemon")
+                          if e["id"] == c.engine_id and e["pages_live"] == 1
+                          and e["seqs_own_options"] == 1],
+                 what="the live page and the sequence's options republished")
         c.close()
 
 

@@ -240,7 +240,10 @@ uint32_t md_seq_protected_pages(md_client *c, uint32_t seq);
  * deferred), < 0 to stop. */
 typedef int (*md_apply_fn)(void *ctx, const struct md_evict *ev);
 /* Polls every pending command and hands each current one to apply; returns
- * the pages applied (apply returned 1) or a negative error from apply. */
+ * the pages applied (apply returned 1) or a negative error from apply (the
+ * commands after it stay queued).  A page apply freed without reporting it is
+ * reported by the library; a page apply kept may be commanded again.
+ * Detached: 0. */
 int md_apply_commands(md_client *c, md_apply_fn apply, void *ctx);
 
 /* Over-budget wait.  Before a step that appends n_next[i] tokens to seqs[i],
@@ -273,8 +276,10 @@ int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_next, uint32
 	      struct md_settle_result *res);
 
 /* Call at every step boundary: checks the daemon (md_client_check), and when
- * detached tries to reattach, at most every retry_ms (0: 1000), republishing
- * every live page and every sequence's options.  Returns 1 attached, 0 not. */
+ * detached tries to reattach: one retry_ms (0: 1000) after the loss, then at
+ * doubling periods up to 2 s (or retry_ms if longer), republishing every live
+ * page and every sequence's options.  heartbeat_timeout_ms is also the one
+ * md_settle checks while it waits.  Returns 1 attached, 0 not. */
 int md_client_maintain(md_client *c, uint32_t heartbeat_timeout_ms, uint32_t retry_ms);
 
 /* Names of the built-in regions and policies (the ABI's one list). */

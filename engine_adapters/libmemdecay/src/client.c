@@ -441,6 +441,9 @@ static void lost(struct md_client *c, const char *why)
 	md__set_error(c, "%s", why);
 	c->attach_error = MD_EDETACHED;
 	detach(c);
+	/* md_client_maintain's first reattach comes one retry period later */
+	c->retry_ns = c->retry_base_ns;
+	c->next_retry_ns = md_now_ns() + c->retry_base_ns;
 }
 
 MD__EXPORT int md_client_check(md_client *c, uint32_t timeout_ms)

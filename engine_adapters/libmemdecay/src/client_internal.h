@@ -79,7 +79,8 @@ struct md_client {
 	uint64_t *seq_evicted;            /* pages freed with MD_FREE_EVICTED */
 	uint64_t *seq_suppress;           /* seq_evicted + 1 at a settle timeout, 0: none */
 	uint32_t hb_timeout_ms;           /* md_client_maintain's, for md_settle's checks */
-	uint64_t retry_ns, next_retry_ns; /* md_client_maintain's reattach backoff */
+	uint64_t retry_base_ns;           /* md_client_maintain's retry_ms */
+	uint64_t retry_ns, next_retry_ns; /* its backoff: current period, next try */
 
 	struct md_client_counters ctr;
 	uint64_t proto_errors;

@@ -225,14 +225,9 @@ MD__EXPORT int md_client_maintain(md_client *c, uint32_t heartbeat_timeout_ms, u
 		return 0;
 	c->hb_timeout_ms = heartbeat_timeout_ms;
 	uint64_t base = retry_base_ns(retry_ms);
-	if (c->attached) {
-		if (md_client_check(c, heartbeat_timeout_ms))
-			return 1;
-		/* just lost: the first try after one retry period */
-		c->retry_ns = base;
-		c->next_retry_ns = md_now_ns() + base;
-		return 0;
-	}
+	c->retry_base_ns = base;
+	if (c->attached)   /* a loss arms the first try one period later */
+		return md_client_check(c, heartbeat_timeout_ms);
 	uint64_t now = md_now_ns();
 	if (now < c->next_retry_ns)
 		return 0;

@@ -30,24 +30,14 @@ import enum
 from ._lib import (APPLY_FN, DETACHED, EVICTED, NOTSUP, REFUSED, FINISHED, FULL, SEQ_ENGINE,
                    MemDecayError, load_library, strerror, _BatchResult, _Config, _Counters,
                    _Evict, _PageEntry, _ParamsView, _SeqOptions, _SettleResult)
+from .names import Region, policy_from_name, policy_names, region_names
 
 __all__ = ["Client", "Batch", "Region", "Settle", "SettleResult", "labels", "MemDecayError",
            "DETACHED", "FULL", "NOTSUP", "FINISHED", "EVICTED", "PAGE_TOKENS_MAX",
-           "load_library", "strerror", "control"]
+           "load_library", "strerror", "control", "region_names", "policy_names",
+           "policy_from_name"]
 
 PAGE_TOKENS_MAX = 16
-
-
-class Region(enum.IntEnum):
-    """The built-in regions (docs/design.md §4), as the ABI numbers them."""
-    SYSTEM = 0
-    PLAN = 1
-    USER = 2
-    ASSISTANT = 3
-    TOOL_IN = 4
-    TOOL_OUT = 5
-    RETRIEVAL = 6
-    SCRATCHPAD = 7
 
 
 class Settle(enum.IntEnum):
@@ -131,6 +121,7 @@ class Client:
                  budget_sequence_tokens=-1, weight=0.0, tp_rank=0, tp_size=0,
                  require_daemon=False, library=None):
         self._lib = load_library(library)
+        self._lib_path = library
         self._c = None
         cfg = _Config()
         self._lib.md_client_config_init(ctypes.byref(cfg))
@@ -317,14 +308,7 @@ class Client:
             return SEQ_ENGINE
         if isinstance(policy, int):
             return policy
-        f = getattr(self._lib, "md_policy_from_name", None)
-        if f is None:
-            raise ValueError("this libmemdecay has no policy names (md_policy_from_name): "
-                             "pass the policy id")
-        pid = f(str(policy).encode())
-        if pid < 0:
-            raise ValueError("unknown policy %r" % policy)
-        return pid
+        return policy_from_name(policy, self._lib_path)
 
     def seq_set_options(self, seq, policy=None, budget=None):
         """A sequence's own options: policy (a name or id; None: the engine's)

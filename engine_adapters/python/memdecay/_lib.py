@@ -81,6 +81,9 @@ LAYOUTS = {"md_client_config": _Config, "md_params_view": _ParamsView, "md_evict
 _I = ctypes.c_int
 _PROTOS = {
     "md_strerror": (ctypes.c_char_p, [_I]),
+    "md_region_name": (ctypes.c_char_p, [_u32]),
+    "md_policy_name": (ctypes.c_char_p, [_u32]),
+    "md_policy_from_name": (_I, [ctypes.c_char_p]),
     "md_control": (_I, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, _I]),
     "md_client_config_init": (None, [_p]),
     "md_client_create": (_I, [_p, _p]),
@@ -120,12 +123,6 @@ _PROTOS = {
     "md_settle": (_I, [_p, _p, _p, _u32, _u32, _I, APPLY_FN, _p, _p]),
     "md_client_maintain": (_I, [_p, _u32, _u32]),
 }
-# Present in libmemdecay 0.3 builds that have the name lists; looked up when used.
-_OPTIONAL = {
-    "md_policy_from_name": (_I, [ctypes.c_char_p]),
-    "md_policy_name": (ctypes.c_char_p, [_u32]),
-    "md_region_name": (ctypes.c_char_p, [_u32]),
-}
 
 _loaded = {}
 
@@ -152,10 +149,6 @@ def load_library(path=None):
         for name, (res, args) in _PROTOS.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
-        for name, (res, args) in _OPTIONAL.items():
-            if hasattr(lib, name):
-                f = getattr(lib, name)
-                f.restype, f.argtypes = res, args
         _loaded[cand] = lib
         return lib
     raise OSError("libmemdecay not found (tried %s); set MEMDECAY_LIBRARY to the path of "

@@ -3,11 +3,11 @@
 `SeqPages` declares tokens to the daemon in pages of P tokens (PAGE_OPEN /
 PAGE_GROW with each token's region), publishes one step per appended chunk with
 each live page's attention mass and refresh bitmap (md_publish_batch through the
-binding), and, when a budget is set, waits for the daemon's evict commands and
-reports the freed pages.  What to drop is always the daemon's decision; this
-file only keeps positions, pages and slots in step."""
+binding), and frees the pages the daemon evicts, through libmemdecay's engine
+contract (docs/adapters.md: apply_commands, and settle's bounded wait when a
+budget is set).  What to drop is always the daemon's decision; this file only
+keeps positions, pages and slots in step."""
 import subprocess
-import time
 
 import numpy as np
 
@@ -25,6 +25,7 @@ class SeqPages:
         self.tail = None         # slot of the page being filled
         self.batch = client.batch()
         self.evicted_order = []  # positions, in the order the daemon evicted them
+        self._evicted = []       # positions freed by the current apply or settle
         self.pinned_mask = 1     # system, until the parameter block says otherwise
         self.stats = {"steps": 0, "evictions": 0, "settle_timeouts": 0, "unreachable": 0}
 
@@ -82,69 +83,46 @@ class SeqPages:
         self.c.check()
         self.stats["steps"] += 1
 
-    def _floor(self):
-        """Tokens the daemon can never evict: pinned pages, the tail page and the
-        protect_recent newest other pages."""
-        prm = self.c.params()
-        protect = prm["protect_recent"]
-        by_first = sorted(self.pages.items(), key=lambda kv: kv[1][1][0])
-        n = 0
-        for i, (slot, (gen, pos, reg)) in enumerate(by_first):
-            newest = len(by_first) - 1 - i
-            if newest <= protect or any((self.pinned_mask >> r) & 1 for r in reg):
-                n += len(pos)
-        return n
+    def _apply(self, ev):
+        """One evict command (libmemdecay hands it over): the page leaves the
+        mirror and is reported freed.  False: a page this mirror no longer has."""
+        g = self.pages.get(ev.slot)
+        if g is None or g[0] != ev.gen:
+            return False
+        for r in g[2]:
+            if (self.pinned_mask >> r) & 1:
+                raise AssertionError("memdecayd evicted a pinned page (slot %d, region %d)"
+                                     % (ev.slot, r))
+        del self.pages[ev.slot]
+        for p in g[1]:
+            del self.page_of[p]
+        if self.tail == ev.slot:
+            self.tail = None
+        self.c.page_free(ev.slot, EVICTED)
+        self._evicted.extend(g[1])
+        self.evicted_order.extend(g[1])
+        self.stats["evictions"] += 1
+        return True
 
     def apply_commands(self):
         """Frees the pages the daemon evicted; returns their positions."""
-        out = []
-        for ev in self.c.poll_commands():
-            g = self.pages.get(ev.slot)
-            if g is None or g[0] != ev.gen:
-                continue
-            for r in g[2]:
-                if (self.pinned_mask >> r) & 1:
-                    raise AssertionError("memdecayd evicted a pinned page (slot %d, region %d)"
-                                         % (ev.slot, r))
-            del self.pages[ev.slot]
-            for p in g[1]:
-                del self.page_of[p]
-            if self.tail == ev.slot:
-                self.tail = None
-            self.c.page_free(ev.slot, EVICTED)
-            out.extend(g[1])
-            self.evicted_order.extend(g[1])
-            self.stats["evictions"] += 1
-        return out
+        self._evicted = []
+        self.c.apply_commands(self._apply)
+        return self._evicted
 
     def settle(self, budget, timeout_s=2.0):
         """Waits until the daemon has brought the sequence to its budget (or to
-        what pinned and protected pages allow); returns the evicted positions."""
-        out = self.apply_commands()
+        what pinned and protected pages allow: libmemdecay's floor); returns the
+        evicted positions.  The wait is libmemdecay's (Client.settle)."""
         if not budget:
-            return out
-        target = max(budget, self._floor())
-        deadline = time.monotonic() + timeout_s
-        while self.live_tokens() > target:
-            if not self.c.attached:
-                break
-            self.c.wait_commands(5)
-            got = self.apply_commands()
-            out.extend(got)
-            if got:
-                continue
-            if out and self.live_tokens() > target:
-                # the daemon decided in one go; nothing more came: as low as it goes
-                self.c.wait_commands(5)
-                more = self.apply_commands()
-                out.extend(more)
-                if not more:
-                    self.stats["unreachable"] += 1
-                    break
-            if time.monotonic() > deadline:
-                self.stats["settle_timeouts"] += 1
-                break
-        return out
+            return self.apply_commands()
+        self._evicted = []
+        r = self.c.settle([self.seq], None, 0, int(timeout_s * 1000), apply=self._apply)
+        if r.outcome == memdecay.Settle.UNREACHABLE:
+            self.stats["unreachable"] += 1
+        elif r.outcome == memdecay.Settle.TIMEOUT:
+            self.stats["settle_timeouts"] += 1
+        return self._evicted
 
 
 class LayerHeartbeat:
