@@ -25,6 +25,9 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay-loadgen)
   add_executable(seqopts_engine ${CMAKE_CURRENT_SOURCE_DIR}/seqopts_engine.c)
   target_link_libraries(seqopts_engine PRIVATE memdecay_abi)
   target_compile_definitions(seqopts_engine PRIVATE _GNU_SOURCE)
+  # The same through libmemdecay's md_seq_set_options and md_seq_floor.
+  add_executable(seqopts_client ${CMAKE_CURRENT_SOURCE_DIR}/seqopts_client.c)
+  target_link_libraries(seqopts_client PRIVATE memdecay_static)
   set(_md_suite ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_suite.sh)
   foreach(backend uring epoll)
     foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown nap

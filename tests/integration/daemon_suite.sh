@@ -469,7 +469,8 @@ seqopts)
 	# hostile records, a resync that reads the table, the end that resets)
 	# and as a 1.1 engine (no options array; its option record is an unknown
 	# type, counted; still served).  Its line says what it saw; the daemon's
-	# stats must count the same.
+	# stats must count the same.  Then tests/seqopts_client.c does it through
+	# libmemdecay.
 	so_run() { # MINOR
 		"$BIN/seqopts_engine" "$SOCK" "$1" >"$D/so$1.out" 2>"$D/so$1.err" &
 		local pid=$!
@@ -520,7 +521,10 @@ PYEOF
 		bad=$(so_check $m)
 		[ -z "$bad" ] || fail "ABI 1.$m: $bad ($(cat "$D/so$m.out"))"
 	done
-	echo "1.2: $(cat "$D/so2.out"); 1.1: $(cat "$D/so1.out")"
+	# and through libmemdecay (md_seq_set_options, md_seq_floor from seq_protect)
+	"$BIN/seqopts_client" "$SOCK" >"$D/solib.out" 2>"$D/solib.err" ||
+		fail "seqopts_client: $(cat "$D/solib.out" "$D/solib.err")"
+	echo "1.2: $(cat "$D/so2.out"); 1.1: $(cat "$D/so1.out"); libmemdecay: $(cat "$D/solib.out")"
 	;;
 
 *)
