@@ -305,8 +305,6 @@ def run(args):
         daemon.start()
         env = dict(os.environ)
         env.update(harness.plugin_env(daemon, os.path.join(work, "plugin-trace.jsonl")))
-        # a class per (budget, policy); the plugin closes idle ones beyond this
-        env["MEMDECAY_VLLM_MAX_CLASSES"] = os.environ.get("MEMDECAY_VLLM_MAX_CLASSES", "16")
         child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine"]
                                  + sys.argv[1:], env=env, preexec_fn=harness.die_with_parent)
         while True:

@@ -7,7 +7,12 @@ workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
 
     pieces            process       what
     api.py            API server    regions from the chat messages, per-request fields
-    worker.py         worker        pages, attention statistics, memdecayd's commands
+    worker.py         worker        the worker's hooks, joining the parts below
+    attach.py         worker        the attachment to memdecayd, liveness, reattach
+    mirror.py         worker        vLLM's blocks as memdecayd pages, per request
+    attention.py      worker        attention statistics over the kept keys
+    reduce.py         worker        token masses to page masses and refresh bits
+    commands.py       worker        a step published, memdecayd's commands applied
     holes.py          worker        attention over the kept blocks only
     scheduler.py      engine core   evicted blocks back to vLLM's pool
     sessions.py       engine core   a finished request's blocks kept for its next turn
@@ -36,11 +41,10 @@ def register():
                           "MemDecay is off and vLLM runs unchanged", vllm.__version__,
                           ", ".join(SUPPORTED_VLLM))
         return
-    from . import api, holes, scheduler, sessions, worker
+    from . import api, scheduler, sessions, worker
     scheduler.install()
     sessions.install()
     worker.install()
-    holes.install()
     api.install()
     _installed = True
     _logger().info("memdecay_vllm: MemDecay hooks installed in vLLM %s", vllm.__version__)

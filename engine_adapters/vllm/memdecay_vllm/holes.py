@@ -10,8 +10,6 @@ row and its seq_len drops by block_size per hole.  A hole is always a whole,
 full block, so the arithmetic is exact; rows without holes, and steps where no
 request has any, pass through untouched (one dictionary test)."""
 import dataclasses
-import functools
-import time
 
 import torch
 
@@ -43,23 +41,3 @@ def compact(cm, holes_by_row, block_size):
                               seq_lens_cpu_upper_bound=upper)
     return cm2, kept
 
-
-def install():
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
-
-    from . import worker
-    orig = CPUAttentionMetadataBuilder.build
-    if getattr(orig, "_memdecay", False):
-        return
-
-    @functools.wraps(orig)
-    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
-        eng = worker.ENGINE
-        if eng is not None:
-            t = time.perf_counter()
-            common_attn_metadata = eng.on_build(self, common_attn_metadata)   # never raises
-            eng.cost["build"] += time.perf_counter() - t
-        return orig(self, common_prefix_len, common_attn_metadata, fast_build)
-
-    build._memdecay = True
-    CPUAttentionMetadataBuilder.build = build

@@ -51,7 +51,6 @@ class Settings:
         self.budget_tokens = _int("MEMDECAY_VLLM_BUDGET_TOKENS", -1)
         self.policy = os.environ.get("MEMDECAY_VLLM_POLICY") or None
         self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 64))
-        self.max_classes = max(1, _int("MEMDECAY_VLLM_MAX_CLASSES", 8))
         self.settle_ms = max(0, _int("MEMDECAY_VLLM_SETTLE_MS", 200))
         self.reattach_ms = max(100, _int("MEMDECAY_VLLM_REATTACH_MS", 1000))
         self.trace = os.environ.get("MEMDECAY_VLLM_TRACE") or None

@@ -6,7 +6,7 @@ Runs vLLM's own CPU attention kernel (ops.cpu_attention_with_kv_cache) on the
 metadata that memdecay_vllm.holes.compact makes from a block table with null
 blocks in it, for a decode query and for a prefill chunk, against a reference
 that gathers the kept tokens' keys and values and computes softmax attention
-directly.  It also checks the attention statistics (worker.attention_mass: the
+directly.  It also checks the attention statistics (attention.attention_mass: the
 last query's attention over the kept keys, read from vLLM's cache through the
 layout probe, and through an explicit permutation) against the same softmax
 computed from the gathered keys.  No engine is started."""
@@ -93,7 +93,7 @@ def run_case(name, q_len, seq_len, holes, block_size=32, H=9, KVH=3, D=64):
     # the statistics: the last query's attention over the kept keys, mean over heads,
     # by the plugin's batched path, through the layout probe and through a plain
     # permutation (the path for kernels that store keys otherwise)
-    from memdecay_vllm import worker
+    from memdecay_vllm import attention
     nk = (T + block_size - 1) // block_size
     idx = cm2.block_table_tensor[0, :nk].to(torch.long)
     pad = torch.arange(nk * block_size)[None, :] >= T
@@ -103,11 +103,11 @@ def run_case(name, q_len, seq_len, holes, block_size=32, H=9, KVH=3, D=64):
     stat_err = []
     for layout in ("probe", "perm"):
         if layout == "perm":
-            worker._layouts[lkey] = (torch.arange(block_size * D).view(D, block_size).t()
-                                     .reshape(-1).contiguous())
-        got = worker.attention_mass(kv, isa, idx, nk, q[-1:].contiguous(), pad, scale)[0, :T]
+            attention._layouts[lkey] = (torch.arange(block_size * D).view(D, block_size).t()
+                                        .reshape(-1).contiguous())
+        got = attention.attention_mass(kv, isa, idx, nk, q[-1:].contiguous(), pad, scale)[0, :T]
         stat_err.append((got.double() - want).abs().max().item())
-    worker._layouts.pop(lkey, None)
+    attention._layouts.pop(lkey, None)
     ok_meta = ok_meta and max(stat_err) < 1e-5
     print("%-26s kept %3d of %3d tokens, max |err| %.2e (uncompacted %.2e), statistics %.1e"
           % (name, T, seq_len, err, err_raw, max(stat_err)))
