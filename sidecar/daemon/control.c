@@ -655,11 +655,16 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 				md__sbuf_json_str(b, e->name);
 				md__sbuf_printf(b, ",\"seq\":%u,\"tokens\":%llu,\"evicted_tokens\":%llu,"
 						   "\"span_tokens\":%llu,\"pages\":%u,\"turns\":%u,"
-						   "\"clock\":%llu,\"idle_s\":%.3f}",
+						   "\"clock\":%llu,\"idle_s\":%.3f,\"budget_tokens\":%llu,"
+						   "\"own_options\":%s,\"policy\":",
 						q->seq, (unsigned long long)q->tokens_live,
 						(unsigned long long)evicted,
 						(unsigned long long)q->span_tokens, q->pages, q->turns,
-						(unsigned long long)q->clock, idle);
+						(unsigned long long)q->clock, idle,
+						(unsigned long long)q->budget_tokens,
+						q->own_options ? "true" : "false");
+				md__sbuf_json_str(b, md__policy_name(q->policy));
+				md__sbuf_printf(b, "}");
 			} else {
 				md__sbuf_printf(b, "%-6u %-16.16s %-6u %10llu %10llu %10llu %6u %6u %10llu %9.1f\n",
 						e->id, e->name, q->seq,

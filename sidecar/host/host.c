@@ -397,6 +397,10 @@ size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_
 				o->idle_ns = s->active_ns && now_ns >= s->active_ns
 						     ? now_ns - s->active_ns
 						     : UINT64_MAX;
+				o->budget_tokens = md__seq_budget_tokens(h, e, s);
+				o->policy = md__seq_policy(h, e, s);
+				o->own_options = s->own_policy != MD_SEQ_ENGINE_U32 ||
+						 s->own_budget != MD_SEQ_ENGINE_U64;
 			}
 			n++;
 		}

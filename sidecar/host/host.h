@@ -187,6 +187,9 @@ struct md__seq_info {
 	uint64_t span_tokens;      /* positions up to the end of its last page */
 	uint64_t clock;            /* its step clock */
 	uint64_t idle_ns;          /* since its last step or page open (UINT64_MAX: unknown) */
+	uint64_t budget_tokens;    /* its effective token budget (0: none) */
+	uint32_t policy;           /* its effective policy */
+	uint32_t own_options;      /* 1: it has options of its own (ABI 1.2) */
 };
 /* Fills up to cap entries, engine (attach order) then sequence order, for
  * every engine (engine_id = UINT32_MAX) or one, idle times as of now_ns (the

@@ -133,7 +133,7 @@ def part_accounting(client, trace, turns, daemon):
               "served from the session" % (k + 1, computed, new, BLOCK, cur["cached"]))
     # the operator's view: memdecayctl lists the retained session with what it holds
     rows = [r for r in json.loads(daemon.ctl("--json", "sessions").stdout)["sessions"]
-            if r["name"].endswith("/b%d" % budget)]
+            if r["own_options"] and r["budget_tokens"] == budget]
     r = rows[0] if len(rows) == 1 else {}
     check(len(rows) == 1 and r["tokens"] <= budget + BLOCK and r["evicted_tokens"] > 0
           and r["span_tokens"] >= out[-1]["prompt"] and r["idle_s"] >= 0.4,
