@@ -19,7 +19,8 @@ import re
 import sys
 import tempfile
 
-REGIONS = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probelib import REGIONS  # noqa: E402  (the ABI header's one list)
 
 # Tier → (episodes, facts per region, target estimated tokens).  The estimate is rough (see
 # estimate_tokens); memdecay-agent reports the real count, and the runner budgets from that.

@@ -8,6 +8,7 @@ Run with .deps/venv's python (bench/probes/setup.sh installs matplotlib).
 import argparse
 import json
 import os
+import sys
 
 import matplotlib
 
@@ -16,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-REGIONS = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probelib import REGIONS  # noqa: E402  (the ABI header's one list)
 PAPER = {"system": (148, 189), "scratchpad": (14, 16)}
 
 

@@ -8,8 +8,24 @@ log-probability under eviction with the same probe at full cache.
 import json
 import math
 import os
+import re
 
-REGIONS = ["system", "plan", "user", "assistant", "tool_in", "tool_out", "retrieval", "scratchpad"]
+
+
+def abi_region_names():
+    """The built-in region names in id order, read from the ABI header's one
+    list (MD_REGION_BUILTIN_NAMES), so that the benchmarks need no build."""
+    hdr = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shm_layout",
+                       "memdecay_abi.h")
+    with open(hdr) as f:
+        text = f.read()
+    m = re.search(r"#define MD_REGION_BUILTIN_NAMES\s*\\\s*\n(.*?)\n", text)
+    if not m:
+        raise RuntimeError("%s: no MD_REGION_BUILTIN_NAMES" % hdr)
+    return re.findall(r'"([a-z_]+)"', m.group(1))
+
+
+REGIONS = abi_region_names()
 POLICIES = ["random", "recency", "h2o", "memdecay", "memdecay-norm"]
 # Report order; "+nopin" rows ran with nothing pinned (the paper's baselines).
 REPORT_POLICIES = POLICIES + ["recency+nopin", "h2o+nopin", "random+nopin"]
