@@ -243,6 +243,75 @@ START_TEST(socket_default_rule)
 }
 END_TEST
 
+/* The HELLO writer (md__hello_format, libmemdecay's) and the daemon's parser
+ * read one field table: what one writes the other reads back, field by field. */
+START_TEST(hello_table_round_trip)
+{
+	struct md__hello w, r;
+	char line[MD_CTL_LINE_MAX], err[256];
+	memset(&w, 0, sizeof(w));   /* padding too: the parser's result is compared whole */
+	w.abi_major = MD_ABI_MAJOR;
+	w.abi_minor = MD_ABI_MINOR;
+	snprintf(w.name, sizeof(w.name), "eng-a");
+	w.page_tokens = 16;
+	w.page_capacity = 1024;
+	w.max_seqs = 8;
+	w.tp_rank = 1;
+	w.tp_size = 2;
+	snprintf(w.policy, sizeof(w.policy), "h2o");
+	w.budget_pages = 0;
+	w.budget_sequence_tokens = 4096;
+	w.weight = 2.5;
+	w.stats_transport = 1;
+	w.given = (1u << MD__HF_COUNT) - 1;
+	int n = md__hello_format(&w, line, sizeof(line));
+	ck_assert_int_gt(n, 0);
+	ck_assert_str_eq(line, "HELLO abi=1.2 name=eng-a page_tokens=16 page_capacity=1024 "
+			       "max_seqs=8 tp_rank=1 tp_size=2 policy=h2o budget_pages=0 "
+			       "budget_sequence_tokens=4096 weight=2.5 stats_transport=cuda\n");
+	line[n - 1] = 0;
+	ck_assert_int_eq(hello(line, &r, err), 0);
+	ck_assert_uint_eq(r.given, w.given);
+	ck_assert_mem_eq(&r, &w, sizeof(r));
+
+	/* only the required fields: the rest keep the parser's defaults */
+	w.given = 1u << MD__HF_ABI | 1u << MD__HF_NAME | 1u << MD__HF_PAGE_TOKENS |
+		  1u << MD__HF_PAGE_CAPACITY | 1u << MD__HF_MAX_SEQS;
+	n = md__hello_format(&w, line, sizeof(line));
+	ck_assert_str_eq(line, "HELLO abi=1.2 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8\n");
+	line[n - 1] = 0;
+	ck_assert_int_eq(hello(line, &r, err), 0);
+	ck_assert_uint_eq(r.given, w.given);
+	ck_assert_int_eq(r.budget_pages, -1);
+	ck_assert_uint_eq(r.tp_size, 1);
+	ck_assert(r.weight == 1.0);
+	ck_assert_int_eq(md__hello_format(&w, line, 20), -1);   /* does not fit */
+}
+END_TEST
+
+/* Every row of the table is parsed, and a bad value is refused naming it. */
+START_TEST(hello_table_every_field)
+{
+	static const char *const bad[MD__HF_COUNT] = {
+		[MD__HF_ABI] = "x", [MD__HF_NAME] = "", [MD__HF_PAGE_TOKENS] = "0",
+		[MD__HF_PAGE_CAPACITY] = "0", [MD__HF_MAX_SEQS] = "0", [MD__HF_TP_RANK] = "64",
+		[MD__HF_TP_SIZE] = "0", [MD__HF_POLICY] = "", [MD__HF_BUDGET_PAGES] = "-2",
+		[MD__HF_BUDGET_SEQUENCE_TOKENS] = "-2", [MD__HF_WEIGHT] = "0",
+		[MD__HF_STATS_TRANSPORT] = "rdma",
+	};
+	for (unsigned id = 0; id < MD__HF_COUNT; id++) {
+		const char *key = md__hello_fields[id].key;
+		char line[512], err[256], want[64];
+		struct md__hello h;
+		ck_assert_ptr_nonnull(bad[id]);
+		snprintf(line, sizeof(line), "%s %s=%s", good_hello, key, bad[id]);
+		ck_assert_int_eq(hello(line, &h, err), -EINVAL);
+		snprintf(want, sizeof(want), "HELLO field %s", key);
+		ck_assert_msg(!strncmp(err, want, strlen(want)), "%s: %s", key, err);
+	}
+}
+END_TEST
+
 static Suite *control_suite(void)
 {
 	Suite *s = suite_create("control");
@@ -251,6 +320,8 @@ static Suite *control_suite(void)
 	tcase_add_test(tc, hello_limits);
 	tcase_add_test(tc, hello_names_and_shape);
 	tcase_add_test(tc, hello_abi_major);
+	tcase_add_test(tc, hello_table_round_trip);
+	tcase_add_test(tc, hello_table_every_field);
 	tcase_add_test(tc, ctl_good);
 	tcase_add_test(tc, ctl_bad_commands);
 	tcase_add_test(tc, ctl_bad_values);

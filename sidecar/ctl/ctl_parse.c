@@ -74,10 +74,11 @@ size_t md__json_escape(const char *s, char *dst, size_t cap)
 	return n;
 }
 
-static int name_ok(const char *s)
+/* lo..hi characters, each printable and not a blank */
+static int name_ok(const char *s, uint32_t lo, uint32_t hi)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n > 63)
+	if (n < lo || n > hi)
 		return 0;
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7e)
@@ -96,6 +97,91 @@ static int u32_field(const char *key, const char *val, uint32_t lo, uint32_t hi,
 	}
 	*out = (uint32_t)v;
 	return 0;
+}
+
+static int abi_field(const char *key, const char *v, struct md__hello *out, char *err,
+		     size_t errlen)
+{
+	const char *dot = strchr(v, '.');
+	uint64_t ma, mi = 0;
+	char mj[16];
+	size_t ml = dot ? (size_t)(dot - v) : strlen(v);
+	if (ml == 0 || ml >= sizeof(mj))
+		goto bad;
+	memcpy(mj, v, ml);
+	mj[ml] = 0;
+	if (md__parse_u64(mj, &ma) < 0 || ma > UINT32_MAX ||
+	    (dot && (md__parse_u64(dot + 1, &mi) < 0 || mi > UINT32_MAX)))
+		goto bad;
+	out->abi_major = (uint32_t)ma;
+	out->abi_minor = (uint32_t)mi;
+	return 0;
+bad:
+	snprintf(err, errlen, "HELLO field %s=%.32s: want MAJOR.MINOR", key, v);
+	return -EINVAL;
+}
+
+/* One field's value, checked as its row of md__hello_fields says, into out. */
+static int hello_value(unsigned id, const char *v, struct md__hello *out, char *err,
+		       size_t errlen)
+{
+	const struct md__hello_field *f = &md__hello_fields[id];
+	void *at = md__hello_at(out, id);
+	char *end = NULL;
+	double w;
+	switch (f->type) {
+	case MD__HELLO_ABI:
+		return abi_field(f->key, v, out, err, errlen);
+	case MD__HELLO_NAME:
+		if (!name_ok(v, f->lo, f->hi)) {
+			snprintf(err, errlen, "HELLO field %s: want %u..%u printable characters",
+				 f->key, f->lo, f->hi);
+			return -EINVAL;
+		}
+		snprintf(at, (size_t)f->hi + 1, "%s", v);
+		return 0;
+	case MD__HELLO_U32:
+		return u32_field(f->key, v, f->lo, f->hi, at, err, errlen);
+	case MD__HELLO_WORD:
+		if (strlen(v) < f->lo || strlen(v) > f->hi) {
+			snprintf(err, errlen, "HELLO field %s=%.32s: unknown %s", f->key, v, f->key);
+			return -EINVAL;
+		}
+		snprintf(at, (size_t)f->hi + 1, "%s", v);
+		return 0;
+	case MD__HELLO_I64_OR_NONE:
+		if (parse_i64_or_minus1(v, at) < 0) {
+			snprintf(err, errlen, "HELLO field %s=%.32s: want -1 or an integer >= 0",
+				 f->key, v);
+			return -EINVAL;
+		}
+		return 0;
+	case MD__HELLO_WEIGHT:
+		w = strtod(v, &end);
+		if (!*v || *end || !isfinite(w) || w <= 0 || w > 1e6) {
+			snprintf(err, errlen, "HELLO field %s=%.32s: want a number in (0, 1e6]",
+				 f->key, v);
+			return -EINVAL;
+		}
+		*(double *)at = w;
+		return 0;
+	case MD__HELLO_TRANSPORT:
+		if (strcmp(v, "host") && strcmp(v, "cuda")) {
+			snprintf(err, errlen, "HELLO field %s=%.32s: want host or cuda", f->key, v);
+			return -EINVAL;
+		}
+		*(int *)at = !strcmp(v, "cuda");
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int hello_field_id(const char *key)
+{
+	for (unsigned id = 0; id < MD__HF_COUNT; id++)
+		if (!strcmp(key, md__hello_fields[id].key))
+			return (int)id;
+	return -1;
 }
 
 int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t errlen)
@@ -117,16 +203,12 @@ int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t e
 	out->weight = 1.0;
 	out->tp_size = 1;
 
-	enum { F_ABI = 1, F_NAME = 2, F_PT = 4, F_PC = 8, F_MS = 16, F_RANK = 32, F_SIZE = 64,
-	       F_POL = 128, F_BP = 256, F_BST = 512, F_W = 1024, F_ST = 2048 };
-	unsigned seen = 0;
 	char *save = NULL;
 	char *tok = strtok_r(buf, " \t", &save);
 	if (!tok || strcmp(tok, "HELLO") != 0) {
 		snprintf(err, errlen, "expected HELLO");
 		return -EINVAL;
 	}
-	int rc = 0;
 	while ((tok = strtok_r(NULL, " \t", &save))) {
 		char *eq = strchr(tok, '=');
 		if (!eq || eq == tok) {
@@ -135,116 +217,26 @@ int md__hello_parse(const char *line, struct md__hello *out, char *err, size_t e
 		}
 		*eq = 0;
 		const char *k = tok, *v = eq + 1;
-		unsigned bit = 0;
-		if (!strcmp(k, "abi")) {
-			bit = F_ABI;
-			char *dot = strchr(v, '.');
-			uint64_t ma, mi = 0;
-			char mj[16];
-			size_t ml = dot ? (size_t)(dot - v) : strlen(v);
-			if (ml == 0 || ml >= sizeof(mj)) {
-				snprintf(err, errlen, "HELLO field abi=%.32s: want MAJOR.MINOR", v);
-				return -EINVAL;
-			}
-			memcpy(mj, v, ml);
-			mj[ml] = 0;
-			if (md__parse_u64(mj, &ma) < 0 || ma > UINT32_MAX ||
-			    (dot && (md__parse_u64(dot + 1, &mi) < 0 || mi > UINT32_MAX))) {
-				snprintf(err, errlen, "HELLO field abi=%.32s: want MAJOR.MINOR", v);
-				return -EINVAL;
-			}
-			out->abi_major = (uint32_t)ma;
-			out->abi_minor = (uint32_t)mi;
-		} else if (!strcmp(k, "name")) {
-			bit = F_NAME;
-			if (!name_ok(v)) {
-				snprintf(err, errlen,
-					 "HELLO field name: want 1..63 printable characters");
-				return -EINVAL;
-			}
-			snprintf(out->name, sizeof(out->name), "%s", v);
-		} else if (!strcmp(k, "page_tokens")) {
-			bit = F_PT;
-			rc = u32_field(k, v, 1, MD_PAGE_TOKENS_MAX, &out->page_tokens, err, errlen);
-		} else if (!strcmp(k, "page_capacity")) {
-			bit = F_PC;
-			rc = u32_field(k, v, 1, MD_PAGE_CAPACITY_MAX, &out->page_capacity, err,
-				       errlen);
-		} else if (!strcmp(k, "max_seqs")) {
-			bit = F_MS;
-			rc = u32_field(k, v, 1, MD_MAX_SEQS_MAX, &out->max_seqs, err, errlen);
-		} else if (!strcmp(k, "tp_rank")) {
-			bit = F_RANK;
-			rc = u32_field(k, v, 0, MD__TP_SIZE_MAX - 1, &out->tp_rank, err, errlen);
-		} else if (!strcmp(k, "tp_size")) {
-			bit = F_SIZE;
-			rc = u32_field(k, v, 1, MD__TP_SIZE_MAX, &out->tp_size, err, errlen);
-		} else if (!strcmp(k, "policy")) {
-			bit = F_POL;
-			if (!*v || strlen(v) >= sizeof(out->policy)) {
-				snprintf(err, errlen, "HELLO field policy=%.32s: unknown policy", v);
-				return -EINVAL;
-			}
-			snprintf(out->policy, sizeof(out->policy), "%s", v);
-		} else if (!strcmp(k, "budget_pages")) {
-			bit = F_BP;
-			if (parse_i64_or_minus1(v, &out->budget_pages) < 0) {
-				snprintf(err, errlen,
-					 "HELLO field budget_pages=%.32s: want -1 or an integer >= 0",
-					 v);
-				return -EINVAL;
-			}
-		} else if (!strcmp(k, "budget_sequence_tokens")) {
-			bit = F_BST;
-			if (parse_i64_or_minus1(v, &out->budget_sequence_tokens) < 0) {
-				snprintf(err, errlen,
-					 "HELLO field budget_sequence_tokens=%.32s: want -1 or an integer >= 0",
-					 v);
-				return -EINVAL;
-			}
-		} else if (!strcmp(k, "weight")) {
-			bit = F_W;
-			char *end = NULL;
-			double w = strtod(v, &end);
-			if (!*v || *end || !isfinite(w) || w <= 0 || w > 1e6) {
-				snprintf(err, errlen, "HELLO field weight=%.32s: want a number in (0, 1e6]",
-					 v);
-				return -EINVAL;
-			}
-			out->weight = w;
-		} else if (!strcmp(k, "stats_transport")) {
-			bit = F_ST;
-			if (!strcmp(v, "host")) {
-				out->stats_transport = 0;
-			} else if (!strcmp(v, "cuda")) {
-				out->stats_transport = 1;
-			} else {
-				snprintf(err, errlen, "HELLO field stats_transport=%.32s: want host or cuda",
-					 v);
-				return -EINVAL;
-			}
-		} else {
+		int id = hello_field_id(k);
+		if (id < 0) {
 			/* A newer minor version may add fields; this one may not invent them. */
-			if ((seen & F_ABI) && out->abi_minor > MD_ABI_MINOR)
+			if ((out->given & (1u << MD__HF_ABI)) && out->abi_minor > MD_ABI_MINOR)
 				continue;
 			snprintf(err, errlen, "HELLO field '%.40s' is unknown", k);
 			return -EINVAL;
 		}
+		int rc = hello_value((unsigned)id, v, out, err, errlen);
 		if (rc < 0)
 			return rc;
-		if (seen & bit) {
+		if (out->given & (1u << id)) {
 			snprintf(err, errlen, "HELLO field %s given twice", k);
 			return -EINVAL;
 		}
-		seen |= bit;
+		out->given |= 1u << id;
 	}
-	const struct { unsigned bit; const char *name; } need[] = {
-		{ F_ABI, "abi" }, { F_NAME, "name" }, { F_PT, "page_tokens" },
-		{ F_PC, "page_capacity" }, { F_MS, "max_seqs" },
-	};
-	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
-		if (!(seen & need[i].bit)) {
-			snprintf(err, errlen, "HELLO field %s is missing", need[i].name);
+	for (unsigned id = 0; id < MD__HF_COUNT; id++) {
+		if (md__hello_fields[id].required && !(out->given & (1u << id))) {
+			snprintf(err, errlen, "HELLO field %s is missing", md__hello_fields[id].key);
 			return -EINVAL;
 		}
 	}

@@ -15,22 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memdecay_hello.h"   /* struct md__hello: the HELLO field table */
+
 #define MD__CTL_ARGS_MAX 64
 #define MD__TOP_MAX 1000u
 #define MD__SESSIONS_MAX 4096u   /* rows in one `sessions` reply; the rest are counted */
-#define MD__TP_SIZE_MAX 64u
-
-struct md__hello {
-	uint32_t abi_major, abi_minor;
-	char name[64];
-	uint32_t page_tokens, page_capacity, max_seqs;
-	uint32_t tp_rank, tp_size;
-	char policy[32];          /* "" = daemon default */
-	int64_t budget_pages;     /* -1 = config */
-	int64_t budget_sequence_tokens;
-	double weight;            /* 1.0 default */
-	int stats_transport;      /* 0 host shared memory (default), 1 cuda (ABI 1.1) */
-};
 
 /* Parses and validates a whole HELLO line (without the newline).  Returns 0,
  * or -EINVAL / -EPROTO (ABI major mismatch) with a message naming the field. */

@@ -16,6 +16,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "memdecay_clock.h"
+#include "metrics.h"
 
 /* The connection whose request runs now (one thread), NULL for in-process
  * callers (tests, fuzzers), which count as operators.  A peer that is not an
@@ -31,17 +32,6 @@ static int is_admin(void)
 static int visible(const struct md__peer *e)
 {
 	return is_admin() || e->uid == cur_conn->uid;
-}
-
-static const char *evict_reason_name[4] = { "none", "sequence_budget", "engine_budget",
-					    "global_budget" };
-
-static void region_name(const struct md__daemon *d, unsigned r, char *buf, size_t len)
-{
-	if (md__daemon_params(d)->region_name[r][0])
-		snprintf(buf, len, "%s", md__daemon_params(d)->region_name[r]);
-	else
-		snprintf(buf, len, "region%u", r);
 }
 
 int md__daemon_apply_params(struct md__daemon *d, const struct md__params *p)
@@ -387,119 +377,22 @@ static int cmd_engines(struct md__daemon *d, struct md__ctl_req *r, struct md__s
 	return 0;
 }
 
-static void stats_engine_json(struct md__daemon *d, struct md__peer *e, struct md__sbuf *b)
+/* The engines a view shows, with the host's statistics of each. */
+static int metrics_view(struct md__daemon *d, struct md__peer *only, struct md__peer **list,
+			struct md__metrics_view *v)
 {
-	struct md__engine_stats st;
-	memset(&st, 0, sizeof(st));
-	md__host_engine_stats(d->host, e->id, &st);
-	md__sbuf_printf(b, "{\"id\":%u,\"name\":", e->id);
-	md__sbuf_json_str(b, e->name);
-	md__sbuf_printf(b, ",\"policy\":\"%s\",\"records\":%llu,\"rejected\":{",
-			md__policy_name(st.policy), (unsigned long long)e->records);
-	for (int k = 1; k < MD__REJ_COUNT; k++)
-		md__sbuf_printf(b, "%s\"%s\":%llu", k > 1 ? "," : "", md__reject_name(k),
-				(unsigned long long)e->rejected[k]);
-	md__sbuf_printf(b, "},\"torn\":%llu,\"bad_tail\":%llu,\"violations\":%llu,"
-			   "\"evictions\":%llu,\"evictions_by_region\":{",
-			(unsigned long long)e->torn, (unsigned long long)e->bad_tail,
-			(unsigned long long)e->violations, (unsigned long long)st.evictions);
-	int first = 1;
-	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		if (!md__daemon_params(d)->region_name[r][0] && !st.evictions_by_region[r])
-			continue;
-		char rn[64];
-		region_name(d, r, rn, sizeof(rn));
-		md__sbuf_printf(b, "%s", first ? "" : ",");
-		md__sbuf_json_str(b, rn);
-		md__sbuf_printf(b, ":%llu", (unsigned long long)st.evictions_by_region[r]);
-		first = 0;
+	size_t n = engines_in_order(d, list, ENGINES_MAX);
+	if (only) {
+		list[0] = only;
+		n = 1;
 	}
-	md__sbuf_printf(b, "},\"evictions_by_reason\":{");
-	for (int k = 1; k < 4; k++)
-		md__sbuf_printf(b, "%s\"%s\":%llu", k > 1 ? "," : "", evict_reason_name[k],
-				(unsigned long long)st.evictions_by_reason[k]);
-	const struct md_engine_ctrl *ec = e->ectrl;
-	md__sbuf_printf(b,
-			"},\"pages_live\":%llu,\"pages_evicting\":%llu,\"tokens_live\":%llu,"
-			"\"seqs_live\":%llu,\"budget_engine_pages\":%llu,\"decisions\":%llu,"
-			"\"decision_ns_total\":%llu,\"cmds_sent\":%llu,\"cmds_pending\":%zu,"
-			"\"cmd_ring_full\":%llu,\"doorbells\":%llu,\"doorbells_in\":%llu,\"resyncs\":%llu,"
-			"\"resync_pages\":%llu,\"resync_pages_skipped\":%llu,"
-			"\"resync_last_ns\":%llu,\"resync_ns_total\":%llu,\"resyncs_deferred\":%llu,"
-			"\"ingest_budget_cut\":%llu,\"attn_dropped\":%llu,\"lifecycle_dropped\":%llu,\"cmds_applied\":%llu,"
-			"\"cmds_stale\":%llu",
-			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
-			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
-			(unsigned long long)st.budget_engine_pages, (unsigned long long)st.decisions,
-			(unsigned long long)st.decision_ns_total, (unsigned long long)e->cmds_sent,
-			e->pending_len, (unsigned long long)e->cmd_ring_full,
-			(unsigned long long)e->doorbells, (unsigned long long)e->doorbells_in,
-			(unsigned long long)e->resyncs,
-			(unsigned long long)e->resync_pages,
-			(unsigned long long)e->resync_pages_skipped,
-			(unsigned long long)e->resync_last_ns, (unsigned long long)e->resync_ns_total,
-			(unsigned long long)e->resyncs_deferred, (unsigned long long)e->ingest_budget_cut,
-			(unsigned long long)md_load_relaxed(&ec->attn_dropped),
-			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
-			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
-			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
-	/* ABI 1.2: sequences with their own options (docs/operations.md) */
-	md__sbuf_printf(b, ",\"abi_minor\":%u,\"seqs_own_options\":%llu,\"seq_options\":%llu,"
-			   "\"seq_options_torn\":%llu,\"seq_protect_writes\":%llu}",
-			e->abi_minor, (unsigned long long)st.seqs_own_options,
-			(unsigned long long)st.seq_options_applied,
-			(unsigned long long)e->seq_opts_torn,
-			(unsigned long long)e->seq_protect_writes);
-}
-
-static void stats_engine_text(struct md__daemon *d, struct md__peer *e, struct md__sbuf *b)
-{
-	struct md__engine_stats st;
-	memset(&st, 0, sizeof(st));
-	md__host_engine_stats(d->host, e->id, &st);
-	const struct md_engine_ctrl *ec = e->ectrl;
-	md__sbuf_printf(b, "engine %u (%s) policy %s\n", e->id, e->name, md__policy_name(st.policy));
-	md__sbuf_printf(b, "  occupancy       %llu pages live (%llu evicting), %llu tokens, %llu sequences, budget %llu pages\n",
-			(unsigned long long)st.pages_live, (unsigned long long)st.pages_evicting,
-			(unsigned long long)st.tokens_live, (unsigned long long)st.seqs_live,
-			(unsigned long long)st.budget_engine_pages);
-	md__sbuf_printf(b, "  records         %llu ingested, %llu torn, %llu bad ring tail, %llu violations\n",
-			(unsigned long long)e->records, (unsigned long long)e->torn,
-			(unsigned long long)e->bad_tail, (unsigned long long)e->violations);
-	md__sbuf_printf(b, "  rejected       ");
-	for (int k = 1; k < MD__REJ_COUNT; k++)
-		md__sbuf_printf(b, " %s=%llu", md__reject_name(k), (unsigned long long)e->rejected[k]);
-	md__sbuf_printf(b, "\n  evictions       %llu (", (unsigned long long)st.evictions);
-	int first = 1;
-	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		if (!st.evictions_by_region[r])
-			continue;
-		char rn[64];
-		region_name(d, r, rn, sizeof(rn));
-		md__sbuf_printf(b, "%s%s=%llu", first ? "" : " ", rn,
-				(unsigned long long)st.evictions_by_region[r]);
-		first = 0;
-	}
-	md__sbuf_printf(b, ")\n  by reason      ");
-	for (int k = 1; k < 4; k++)
-		md__sbuf_printf(b, " %s=%llu", evict_reason_name[k],
-				(unsigned long long)st.evictions_by_reason[k]);
-	md__sbuf_printf(b, "\n  commands        %llu sent, %zu pending, ring full %llu times, %llu doorbells; engine applied %llu, stale %llu\n",
-			(unsigned long long)e->cmds_sent, e->pending_len,
-			(unsigned long long)e->cmd_ring_full, (unsigned long long)e->doorbells,
-			(unsigned long long)md_load_relaxed(&ec->cmds_applied),
-			(unsigned long long)md_load_relaxed(&ec->cmds_stale));
-	md__sbuf_printf(b, "  engine drops    attention %llu, lifecycle %llu; resyncs %llu (%llu pages, %llu skipped)\n",
-			(unsigned long long)md_load_relaxed(&ec->attn_dropped),
-			(unsigned long long)md_load_relaxed(&ec->lifecycle_dropped),
-			(unsigned long long)e->resyncs, (unsigned long long)e->resync_pages,
-			(unsigned long long)e->resync_pages_skipped);
-	md__sbuf_printf(b, "  decisions       %llu, %.3f ms total\n", (unsigned long long)st.decisions,
-			(double)st.decision_ns_total / 1e6);
-	md__sbuf_printf(b, "  sequences       %llu with own options (ABI 1.%u engine); %llu option records, %llu entries torn at resync\n",
-			(unsigned long long)st.seqs_own_options, e->abi_minor,
-			(unsigned long long)st.seq_options_applied,
-			(unsigned long long)e->seq_opts_torn);
+	struct md__engine_stats *st = calloc(n ? n : 1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		md__host_engine_stats(d->host, list[i]->id, &st[i]);
+	*v = (struct md__metrics_view){ d, list, st, n };
+	return 0;
 }
 
 static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b, char *err,
@@ -509,63 +402,16 @@ static int cmd_stats(struct md__daemon *d, struct md__ctl_req *r, struct md__sbu
 	if (r->engine && !(only = need_engine(d, r->engine, err, errlen)))
 		return -ENOENT;
 	struct md__peer *list[ENGINES_MAX];
-	size_t n = engines_in_order(d, list, ENGINES_MAX);
-	double up = (double)(md_now_ns() - d->start_ns) / 1e9;
-	if (r->json) {
-		md__sbuf_printf(b, "{\"daemon\":{\"instance\":%llu,\"backend\":\"%s\",\"uptime_s\":%.3f,"
-				   "\"engines\":%u,\"attaches\":%llu,\"attach_refused\":%llu,"
-				   "\"weights_clamped\":%llu,"
-				   "\"connections\":%d,\"connections_refused\":%llu,\"connections_evicted\":%llu,"
-				   "\"iterations\":%llu,"
-				   "\"sleeps\":%llu,\"naps\":%llu,\"reloads\":%llu,\"reload_failures\":%llu,\"detaches\":{",
-				(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
-				d->n_engines, (unsigned long long)d->attaches,
-				(unsigned long long)d->attach_refused,
-				(unsigned long long)d->weights_clamped, d->n_conns,
-				(unsigned long long)d->conns_refused,
-				(unsigned long long)d->conns_evicted, (unsigned long long)d->iterations,
-				(unsigned long long)d->sleeps, (unsigned long long)d->naps,
-				(unsigned long long)d->reloads,
-				(unsigned long long)d->reload_failures);
-		for (int k = 0; k < MD__DETACH_COUNT; k++)
-			md__sbuf_printf(b, "%s\"%s\":%llu", k ? "," : "", md__detach_reason_name(k),
-					(unsigned long long)d->detaches[k]);
-		const struct md_lathist *dl = &d->decide_lat;
-		md__sbuf_printf(b, "},\"decision_latency_ns\":{\"count\":%llu,\"mean\":%llu,"
-				   "\"p50\":%llu,\"p99\":%llu,\"max\":%llu}},\"engines\":[",
-				(unsigned long long)dl->count,
-				(unsigned long long)(dl->count ? dl->sum / dl->count : 0),
-				(unsigned long long)md_lathist_quantile(dl, 0.50),
-				(unsigned long long)md_lathist_quantile(dl, 0.99),
-				(unsigned long long)dl->max);
-		int first = 1;
-		for (size_t i = 0; i < n; i++) {
-			if (only && list[i] != only)
-				continue;
-			md__sbuf_printf(b, "%s", first ? "" : ",");
-			stats_engine_json(d, list[i], b);
-			first = 0;
-		}
-		md__sbuf_printf(b, "]}\n");
-		return 0;
+	struct md__metrics_view v;
+	if (metrics_view(d, only, list, &v) < 0) {
+		b->oom = 1;
+		return -ENOMEM;
 	}
-	md__sbuf_printf(b, "memdecayd instance %llu, %s loop, up %.1f s, %u engines, %d connections\n",
-			(unsigned long long)d->instance_id, md__loop_backend_name(d->loop), up,
-			d->n_engines, d->n_conns);
-	md__sbuf_printf(b, "  attaches %llu (refused %llu, weight clamped %llu), detaches:",
-			(unsigned long long)d->attaches, (unsigned long long)d->attach_refused,
-			(unsigned long long)d->weights_clamped);
-	for (int k = 0; k < MD__DETACH_COUNT; k++)
-		md__sbuf_printf(b, " %s=%llu", md__detach_reason_name(k),
-				(unsigned long long)d->detaches[k]);
-	md__sbuf_printf(b, "\n  decision passes %llu with evictions, latency p50 %.1f us, p99 %.1f us, max %.1f us\n",
-			(unsigned long long)d->decide_lat.count,
-			(double)md_lathist_quantile(&d->decide_lat, 0.50) / 1e3,
-			(double)md_lathist_quantile(&d->decide_lat, 0.99) / 1e3,
-			(double)d->decide_lat.max / 1e3);
-	for (size_t i = 0; i < n; i++)
-		if (!only || list[i] == only)
-			stats_engine_text(d, list[i], b);
+	if (r->json)
+		md__metrics_json(&v, b);
+	else
+		md__metrics_text(&v, b);
+	free((void *)v.st);
 	return 0;
 }
 
@@ -593,7 +439,7 @@ static int cmd_top(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 				"ATTN");
 	for (size_t i = 0; i < n; i++) {
 		char rn[64];
-		region_name(d, t[i].dominant_region & 0xf, rn, sizeof(rn));
+		md__metrics_region_name(d, t[i].dominant_region & 0xf, rn, sizeof(rn));
 		if (r->json) {
 			md__sbuf_printf(b, "%s{\"engine\":%u,\"seq\":%u,\"slot\":%u,\"gen\":%u,"
 					   "\"first_pos\":%llu,\"n_tokens\":%u,\"region\":",
@@ -684,137 +530,16 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 	return 0;
 }
 
-static void prom_head(struct md__sbuf *b, const char *name, const char *type, const char *help)
-{
-	md__sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* Engine names are printable without blanks; escape what Prometheus requires. */
-static void prom_name(struct md__sbuf *b, const char *s)
-{
-	for (; *s; s++)
-		md__sbuf_printf(b, (*s == '\\' || *s == '"') ? "\\%c" : "%c", *s);
-}
-
-static void prom_engine_labels(struct md__sbuf *b, const struct md__peer *e)
-{
-	md__sbuf_printf(b, "engine=\"%u\",name=\"", e->id);
-	prom_name(b, e->name);
-	md__sbuf_printf(b, "\"");
-}
-
 static int cmd_metrics(struct md__daemon *d, struct md__sbuf *b)
 {
 	struct md__peer *list[ENGINES_MAX];
-	size_t n = engines_in_order(d, list, ENGINES_MAX);
-	struct md__engine_stats *st = calloc(n ? n : 1, sizeof(*st));
-	if (!st) {
+	struct md__metrics_view v;
+	if (metrics_view(d, NULL, list, &v) < 0) {
 		b->oom = 1;
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++)
-		md__host_engine_stats(d->host, list[i]->id, &st[i]);
-
-	prom_head(b, "memdecay_up_seconds", "gauge", "Seconds since memdecayd started.");
-	md__sbuf_printf(b, "memdecay_up_seconds %.3f\n", (double)(md_now_ns() - d->start_ns) / 1e9);
-	prom_head(b, "memdecay_engines_attached", "gauge", "Engines attached now.");
-	md__sbuf_printf(b, "memdecay_engines_attached %u\n", d->n_engines);
-	prom_head(b, "memdecay_attaches_total", "counter", "Engines attached since start.");
-	md__sbuf_printf(b, "memdecay_attaches_total %llu\n", (unsigned long long)d->attaches);
-	prom_head(b, "memdecay_attach_refused_total", "counter", "HELLOs refused.");
-	md__sbuf_printf(b, "memdecay_attach_refused_total %llu\n", (unsigned long long)d->attach_refused);
-	prom_head(b, "memdecay_weights_clamped_total", "counter",
-		  "HELLO weights cut to budget.max_engine_weight.");
-	md__sbuf_printf(b, "memdecay_weights_clamped_total %llu\n",
-			(unsigned long long)d->weights_clamped);
-	prom_head(b, "memdecay_detaches_total", "counter", "Engines detached, by reason.");
-	for (int k = 0; k < MD__DETACH_COUNT; k++)
-		md__sbuf_printf(b, "memdecay_detaches_total{reason=\"%s\"} %llu\n",
-				md__detach_reason_name(k), (unsigned long long)d->detaches[k]);
-	prom_head(b, "memdecay_control_requests_total", "counter", "Operator requests served.");
-	md__sbuf_printf(b, "memdecay_control_requests_total %llu\n", (unsigned long long)d->ctl_requests);
-	prom_head(b, "memdecay_control_errors_total", "counter", "Operator requests answered ERR.");
-	md__sbuf_printf(b, "memdecay_control_errors_total %llu\n", (unsigned long long)d->ctl_errors);
-	prom_head(b, "memdecay_loop_sleeps_total", "counter", "Times the daemon went idle.");
-	md__sbuf_printf(b, "memdecay_loop_sleeps_total %llu\n", (unsigned long long)d->sleeps);
-	prom_head(b, "memdecay_loop_naps_total", "counter",
-		  "Short waits (daemon.nap_ms) with the sleeping flag down.");
-	md__sbuf_printf(b, "memdecay_loop_naps_total %llu\n", (unsigned long long)d->naps);
-
-#define PER_ENGINE(metric, type, help, expr)                                   \
-	do {                                                                   \
-		prom_head(b, metric, type, help);                              \
-		for (size_t i = 0; i < n; i++) {                               \
-			const struct md__peer *e = list[i];                  \
-			const struct md__engine_stats *s = &st[i];             \
-			(void)s;                                               \
-			md__sbuf_printf(b, "%s{", metric);                     \
-			prom_engine_labels(b, e);                              \
-			md__sbuf_printf(b, "} %llu\n", (unsigned long long)(expr)); \
-		}                                                              \
-	} while (0)
-
-	PER_ENGINE("memdecay_pages_live", "gauge", "Live pages.", s->pages_live);
-	PER_ENGINE("memdecay_pages_evicting", "gauge", "Pages with an eviction in flight.", s->pages_evicting);
-	PER_ENGINE("memdecay_tokens_live", "gauge", "Live tokens.", s->tokens_live);
-	PER_ENGINE("memdecay_budget_engine_pages", "gauge", "Effective engine page budget (0: none).", s->budget_engine_pages);
-	PER_ENGINE("memdecay_records_total", "counter", "Stats records ingested.", e->records);
-	PER_ENGINE("memdecay_torn_records_total", "counter", "Records with a bad ring position.", e->torn);
-	PER_ENGINE("memdecay_violations_total", "counter", "Protocol violations counted toward detaching.", e->violations);
-	PER_ENGINE("memdecay_evictions_total", "counter", "Pages evicted.", s->evictions);
-	PER_ENGINE("memdecay_commands_sent_total", "counter", "Evict commands written to the ring.", e->cmds_sent);
-	PER_ENGINE("memdecay_commands_pending", "gauge", "Decisions waiting for command-ring room.", e->pending_len);
-	PER_ENGINE("memdecay_resyncs_total", "counter", "Rebuilds from the page table.", e->resyncs);
-	PER_ENGINE("memdecay_decisions_total", "counter", "Eviction decisions run.", s->decisions);
-	PER_ENGINE("memdecay_attn_dropped_total", "counter", "Attention records the engine dropped (ring full).", md_load_relaxed(&e->ectrl->attn_dropped));
-	PER_ENGINE("memdecay_cmds_stale_total", "counter", "Commands the engine ignored (generation changed).", md_load_relaxed(&e->ectrl->cmds_stale));
-#undef PER_ENGINE
-
-	prom_head(b, "memdecay_decision_seconds_total", "counter", "Time spent deciding.");
-	for (size_t i = 0; i < n; i++) {
-		md__sbuf_printf(b, "memdecay_decision_seconds_total{");
-		prom_engine_labels(b, list[i]);
-		md__sbuf_printf(b, "} %.9f\n", (double)st[i].decision_ns_total / 1e9);
-	}
-	prom_head(b, "memdecay_decision_latency_seconds", "summary",
-		  "Wall time of one decision pass that produced evictions (all engines).");
-	md__sbuf_printf(b, "memdecay_decision_latency_seconds{quantile=\"0.5\"} %.9f\n",
-			(double)md_lathist_quantile(&d->decide_lat, 0.50) / 1e9);
-	md__sbuf_printf(b, "memdecay_decision_latency_seconds{quantile=\"0.99\"} %.9f\n",
-			(double)md_lathist_quantile(&d->decide_lat, 0.99) / 1e9);
-	md__sbuf_printf(b, "memdecay_decision_latency_seconds_sum %.9f\n",
-			(double)d->decide_lat.sum / 1e9);
-	md__sbuf_printf(b, "memdecay_decision_latency_seconds_count %llu\n",
-			(unsigned long long)d->decide_lat.count);
-	prom_head(b, "memdecay_records_rejected_total", "counter", "Records rejected, by reason.");
-	for (size_t i = 0; i < n; i++)
-		for (int k = 1; k < MD__REJ_COUNT; k++) {
-			md__sbuf_printf(b, "memdecay_records_rejected_total{");
-			prom_engine_labels(b, list[i]);
-			md__sbuf_printf(b, ",reason=\"%s\"} %llu\n", md__reject_name(k),
-					(unsigned long long)list[i]->rejected[k]);
-		}
-	prom_head(b, "memdecay_evictions_by_region_total", "counter", "Pages evicted, by dominant region.");
-	for (size_t i = 0; i < n; i++)
-		for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-			if (!md__daemon_params(d)->region_name[r][0] && !st[i].evictions_by_region[r])
-				continue;
-			char rn[64];
-			region_name(d, r, rn, sizeof(rn));
-			md__sbuf_printf(b, "memdecay_evictions_by_region_total{");
-			prom_engine_labels(b, list[i]);
-			md__sbuf_printf(b, ",region=\"%s\"} %llu\n", rn,
-					(unsigned long long)st[i].evictions_by_region[r]);
-		}
-	prom_head(b, "memdecay_evictions_by_reason_total", "counter", "Pages evicted, by budget scope.");
-	for (size_t i = 0; i < n; i++)
-		for (int k = 1; k < 4; k++) {
-			md__sbuf_printf(b, "memdecay_evictions_by_reason_total{");
-			prom_engine_labels(b, list[i]);
-			md__sbuf_printf(b, ",reason=\"%s\"} %llu\n", evict_reason_name[k],
-					(unsigned long long)st[i].evictions_by_reason[k]);
-		}
-	free(st);
+	md__metrics_prom(&v, b);
+	free((void *)v.st);
 	return 0;
 }
 

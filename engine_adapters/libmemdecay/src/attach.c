@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "memdecay_hello.h"
 #include "memdecay_clock.h"
 
 #define MD__REPLY_TIMEOUT_MS 5000
@@ -371,36 +372,42 @@ static int parse_ok(const char *line, uint32_t *engine_id, uint64_t *instance)
 	return have_id && have_inst ? 0 : -1;
 }
 
+/* The HELLO line from the one field table (memdecay_hello.h): the fields this
+ * client sets are marked given, the rest left to the daemon's defaults. */
 static int format_hello(const struct md_client *c, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, "HELLO abi=%u.%u name=%s page_tokens=%u page_capacity=%u max_seqs=%u",
-			 MD_ABI_MAJOR, MD_ABI_MINOR, c->engine_name, c->page_tokens,
-			 c->page_capacity, c->max_seqs);
-	if (n < 0 || (size_t)n >= len)
-		return -ENAMETOOLONG;
-	size_t o = (size_t)n;
-#define MD__APPEND(...)                                                       \
-	do {                                                                  \
-		int k = snprintf(buf + o, len - o, __VA_ARGS__);              \
-		if (k < 0 || (size_t)k >= len - o)                            \
-			return -ENAMETOOLONG;                                 \
-		o += (size_t)k;                                               \
-	} while (0)
-	if (c->tp_size > 0)
-		MD__APPEND(" tp_rank=%u tp_size=%u", c->tp_rank, c->tp_size);
-	if (c->policy)
-		MD__APPEND(" policy=%s", c->policy);
+	struct md__hello h = { 0 };
+	h.abi_major = MD_ABI_MAJOR;
+	h.abi_minor = MD_ABI_MINOR;
+	snprintf(h.name, sizeof(h.name), "%s", c->engine_name);
+	h.page_tokens = c->page_tokens;
+	h.page_capacity = c->page_capacity;
+	h.max_seqs = c->max_seqs;
+	h.given = 1u << MD__HF_ABI | 1u << MD__HF_NAME | 1u << MD__HF_PAGE_TOKENS |
+		  1u << MD__HF_PAGE_CAPACITY | 1u << MD__HF_MAX_SEQS;
+	if (c->tp_size > 0) {
+		h.tp_rank = c->tp_rank;
+		h.tp_size = c->tp_size;
+		h.given |= 1u << MD__HF_TP_RANK | 1u << MD__HF_TP_SIZE;
+	}
+	if (c->policy) {
+		snprintf(h.policy, sizeof(h.policy), "%s", c->policy);
+		h.given |= 1u << MD__HF_POLICY;
+	}
+	h.budget_pages = c->budget_engine_pages;
 	if (c->budget_engine_pages >= 0)
-		MD__APPEND(" budget_pages=%" PRId64, c->budget_engine_pages);
+		h.given |= 1u << MD__HF_BUDGET_PAGES;
+	h.budget_sequence_tokens = c->budget_sequence_tokens;
 	if (c->budget_sequence_tokens >= 0)
-		MD__APPEND(" budget_sequence_tokens=%" PRId64, c->budget_sequence_tokens);
+		h.given |= 1u << MD__HF_BUDGET_SEQUENCE_TOKENS;
+	h.weight = c->weight;
 	if (c->weight > 0)
-		MD__APPEND(" weight=%g", c->weight);
+		h.given |= 1u << MD__HF_WEIGHT;
+	h.stats_transport = c->stats_cuda;
 	if (c->stats_cuda)
-		MD__APPEND(" stats_transport=cuda");
-	MD__APPEND("\n");
-#undef MD__APPEND
-	return (int)o;
+		h.given |= 1u << MD__HF_STATS_TRANSPORT;
+	int n = md__hello_format(&h, buf, len);
+	return n < 0 ? -ENAMETOOLONG : n;
 }
 
 int md__attach(struct md_client *c, struct md__attach *a)
