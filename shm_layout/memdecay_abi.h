@@ -405,40 +405,37 @@ static inline uint64_t md_engine_layout(uint32_t page_capacity, uint32_t max_seq
 	return md_engine_layout_ex(page_capacity, max_seqs, stats_capacity, 0, off);
 }
 
+/* The daemon segment's first three regions (ctrl, parameters, command ring);
+ * returns where the command ring ends. */
+static inline uint64_t md__daemon_layout_head(uint32_t cmd_capacity, struct md_daemon_offsets *off)
+{
+	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
+	off->ctrl = o;
+	o = md__align_up(o + sizeof(struct md_daemon_ctrl), MD_CACHELINE);
+	off->params = o;
+	o = md__align_up(o + sizeof(struct md_param_block), MD_CACHELINE);
+	off->cmd_ring = o;
+	off->seq_protect = 0;
+	for (int i = 0; i < 4; i++)
+		off->resv[i] = 0;
+	return o + (uint64_t)cmd_capacity * sizeof(struct md_cmd);
+}
+
 /* The daemon segment: ctrl, parameters, command ring, then (1.2) the newest
  * pages of each sequence the daemon never evicts, tail page and policy window
  * included (seq_protect[seq], written by the daemon; docs/adapters.md). */
 static inline uint64_t md_daemon_layout_ex(uint32_t cmd_capacity, uint32_t max_seqs,
 					   struct md_daemon_offsets *off)
 {
-	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
-	off->ctrl = o;
-	o = md__align_up(o + sizeof(struct md_daemon_ctrl), MD_CACHELINE);
-	off->params = o;
-	o = md__align_up(o + sizeof(struct md_param_block), MD_CACHELINE);
-	off->cmd_ring = o;
-	o = md__align_up(o + (uint64_t)cmd_capacity * sizeof(struct md_cmd), MD_CACHELINE);
+	uint64_t o = md__align_up(md__daemon_layout_head(cmd_capacity, off), MD_CACHELINE);
 	off->seq_protect = o;
-	o = md__align_up(o + (uint64_t)max_seqs * sizeof(uint32_t), 4096);
-	for (int i = 0; i < 4; i++)
-		off->resv[i] = 0;
-	return o;
+	return md__align_up(o + (uint64_t)max_seqs * sizeof(uint32_t), 4096);
 }
 
 /* The 1.0/1.1 daemon segment (no seq_protect). */
 static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_offsets *off)
 {
-	uint64_t o = md__align_up(sizeof(struct md_segment_header), MD_CACHELINE);
-	off->ctrl = o;
-	o = md__align_up(o + sizeof(struct md_daemon_ctrl), MD_CACHELINE);
-	off->params = o;
-	o = md__align_up(o + sizeof(struct md_param_block), MD_CACHELINE);
-	off->cmd_ring = o;
-	o = md__align_up(o + (uint64_t)cmd_capacity * sizeof(struct md_cmd), 4096);
-	off->seq_protect = 0;
-	for (int i = 0; i < 4; i++)
-		off->resv[i] = 0;
-	return o;
+	return md__align_up(md__daemon_layout_head(cmd_capacity, off), 4096);
 }
 
 /* Limits a daemon accepts in HELLO. */
