@@ -1,5 +1,5 @@
 /*
- * check_client.c — libmemdecay against a fake daemon built in the test (a
+ * check_client.c — libmemdecay against the fake daemon of fake_daemon.h (a
  * listening Unix socket, memfd segments, eventfds): attach and the records it
  * publishes, validation of malformed replies and segments, commands (stale,
  * torn, duplicate), overload, doorbells, batch publish, liveness, fail-open,
@@ -26,6 +26,7 @@
 #include "memdecay.h"
 #include "memdecay_clock.h"
 #include "memdecay_ring.h"
+#include "fake_daemon.h"
 
 /* ---- allocation counter (-Wl,--wrap=malloc,calloc,realloc) ---- */
 void *__real_malloc(size_t n);
@@ -36,204 +37,34 @@ void *__wrap_malloc(size_t n) { g_allocs++; return __real_malloc(n); }
 void *__wrap_calloc(size_t n, size_t m) { g_allocs++; return __real_calloc(n, m); }
 void *__wrap_realloc(void *p, size_t n) { g_allocs++; return __real_realloc(p, n); }
 
-/* ---- the fake daemon ---- */
-enum fake_mode {
-	FK_OK = 0, FK_BAD_MAGIC, FK_BAD_SIZE, FK_BAD_MAJOR, FK_ERR, FK_ERR_ABI, FK_FEW_FDS,
-	FK_BAD_GEOMETRY, FK_BAD_OFFSETS, FK_NONPOW2, FK_NO_SEAL, FK_GARBAGE, FK_BAD_KIND,
-	FK_OVERLAP, FK_MODE_COUNT,
-};
-
-struct fake {
-	char dir[64], path[128];
-	int lfd, conn;
-	enum fake_mode mode;
-	uint32_t stats_cap, cmd_cap;
-	uint32_t P, cap, seqs;
-	int efd, dfd, db_d, db_e;   /* daemon's copies */
-	char *eseg, *dseg;
-	uint64_t esz, dsz;
-	struct md_engine_offsets eo;
-	struct md_daemon_offsets doff;
-	struct md_daemon_ctrl *dctrl;
-	struct md_engine_ctrl *ectrl;
-	struct md_param_block *params;
-	struct md_ring_cons stats;  /* daemon reads the stats ring */
-	struct md_ring_prod cmds;   /* daemon writes commands */
-	char hello[4096];
-	pthread_t th;
-};
-
-static uint32_t hello_u32(const char *line, const char *key)
+/* ---- the fake daemon (fake_daemon.h): engine 7 of instance 42, ABI 1.1
+ * segments that claim this library's minor ---- */
+static void client_params(struct md_param_block *p)
 {
-	const char *p = strstr(line, key);
-	return p ? (uint32_t)strtoul(p + strlen(key), NULL, 10) : 0;
-}
-
-static int make_memfd(uint64_t size)
-{
-	int fd = memfd_create("fake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
-	return fd;
-}
-
-static void *fake_serve(void *arg)
-{
-	struct fake *f = arg;
-	f->conn = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (f->conn < 0)
-		return NULL;
-	size_t len = 0;
-	while (len < sizeof(f->hello) - 1) {
-		ssize_t n = read(f->conn, f->hello + len, sizeof(f->hello) - 1 - len);
-		if (n <= 0)
-			return NULL;
-		len += (size_t)n;
-		f->hello[len] = 0;
-		if (strchr(f->hello, '\n'))
-			break;
-	}
-	f->P = hello_u32(f->hello, "page_tokens=");
-	f->cap = hello_u32(f->hello, "page_capacity=");
-	f->seqs = hello_u32(f->hello, "max_seqs=");
-	if (f->mode == FK_ERR || f->mode == FK_ERR_ABI || f->mode == FK_GARBAGE) {
-		const char *m = f->mode == FK_ERR ? "ERR budget_pages=-3: must be positive\n"
-			      : f->mode == FK_ERR_ABI ? "ERR ABI major version 1 not supported\n"
-			      : "HI THERE\n";
-		ssize_t w = write(f->conn, m, strlen(m));
-		(void)w;
-		return NULL;
-	}
-	f->esz = md_engine_layout(f->cap, f->seqs, f->stats_cap, &f->eo);
-	f->dsz = md_daemon_layout(f->cmd_cap, &f->doff);
-	f->efd = make_memfd(f->esz);
-	f->dfd = make_memfd(f->dsz);
-	f->eseg = mmap(NULL, f->esz, PROT_READ | PROT_WRITE, MAP_SHARED, f->efd, 0);
-	f->dseg = mmap(NULL, f->dsz, PROT_READ | PROT_WRITE, MAP_SHARED, f->dfd, 0);
-	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
-	struct md_segment_header h = {
-		.abi_major = MD_ABI_MAJOR, .abi_minor = MD_ABI_MINOR,
-		.header_size = sizeof(struct md_segment_header), .engine_id = 7,
-		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
-		.stats_capacity = f->stats_cap, .cmd_capacity = f->cmd_cap, .instance_id = 42,
-	};
-	*eh = h;
-	eh->kind = MD_SEGMENT_ENGINE;
-	eh->segment_size = f->esz;
-	eh->off.engine = f->eo;
-	*dh = h;
-	dh->kind = MD_SEGMENT_DAEMON;
-	dh->segment_size = f->dsz;
-	dh->off.daemon = f->doff;
-	switch (f->mode) {
-	case FK_BAD_SIZE: eh->segment_size += 4096; break;
-	case FK_BAD_MAJOR: dh->abi_major = 2; break;
-	case FK_BAD_GEOMETRY: eh->page_capacity = f->cap + 1; break;
-	case FK_BAD_OFFSETS: eh->off.engine.stats_ring = f->esz - 64; break;
-	case FK_NONPOW2: dh->cmd_capacity = 1000; break;
-	case FK_BAD_KIND: dh->kind = MD_SEGMENT_ENGINE; break;
-	case FK_OVERLAP: eh->off.engine.page_table = eh->off.engine.ctrl + 64; break;
-	default: break;
-	}
-	f->dctrl = (void *)(f->dseg + f->doff.ctrl);
-	f->ectrl = (void *)(f->eseg + f->eo.ctrl);
-	f->params = (void *)(f->dseg + f->doff.params);
-	f->dctrl->instance_id = 42;
-	f->params->tau = 0.25;
-	f->params->pinned_mask = 1;
-	f->params->protect_recent = 1;
-	f->params->budget_engine_pages = 10;
-	f->params->policy = MD_POLICY_MEMDECAY_NORM;
-	f->params->norm_mode = MD_NORM_RELATIVE;
-	f->params->alpha = 1.5;
-	f->params->beta = 0.75;
-	f->params->low_watermark = 0.5;
+	p->tau = 0.25;
+	p->pinned_mask = 1;
+	p->protect_recent = 1;
+	p->budget_engine_pages = 10;
+	p->policy = MD_POLICY_MEMDECAY_NORM;
+	p->norm_mode = MD_NORM_RELATIVE;
+	p->alpha = 1.5;
+	p->beta = 0.75;
+	p->low_watermark = 0.5;
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
-		f->params->base[r] = 0.5 + r / 64.0;
-		f->params->lambda[r] = r / 128.0;
+		p->base[r] = 0.5 + r / 64.0;
+		p->lambda[r] = r / 128.0;
 	}
-	f->params->seq = 4;
-	md_store_release(&f->dctrl->heartbeat_ns, 1);
-	md_store_release(&eh->magic, f->mode == FK_BAD_MAGIC ? 0x1234 : MD_ABI_MAGIC);
-	md_store_release(&dh->magic, MD_ABI_MAGIC);
-	if (f->mode != FK_NO_SEAL) {
-		ck_assert_int_eq(fcntl(f->efd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-		ck_assert_int_eq(fcntl(f->dfd, F_ADD_SEALS,
-				       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE), 0);
-	}
-	f->db_d = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	f->db_e = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	ck_assert_int_eq(md_ring_cons_init(&f->stats, f->eseg + f->eo.stats_ring, f->stats_cap,
-					   sizeof(struct md_stats_rec), &f->ectrl->stats_tail,
-					   &f->dctrl->stats_head, 0), 0);
-	ck_assert_int_eq(md_ring_prod_init(&f->cmds, f->dseg + f->doff.cmd_ring, f->cmd_cap,
-					   sizeof(struct md_cmd), &f->dctrl->cmd_tail,
-					   &f->ectrl->cmd_head, 0), 0);
-
-	int fds[4] = { f->efd, f->dfd, f->db_d, f->db_e };
-	int nfds = f->mode == FK_FEW_FDS ? 2 : 4;
-	char line[] = "OK engine_id=7 instance=42\n";
-	struct iovec iov = { line, sizeof(line) - 1 };
-	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 4)]; } cm;
-	memset(&cm, 0, sizeof(cm));
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-			     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-	ssize_t w = sendmsg(f->conn, &mh, MSG_NOSIGNAL);
-	(void)w;
-	return NULL;
+	p->seq = 4;
 }
 
-/* A new fake daemon; dir != NULL reuses a socket directory (a restart). */
-static void fake_start_at(struct fake *f, enum fake_mode mode, const char *dir)
-{
-	memset(f, 0, sizeof(*f));
-	f->mode = mode;
-	f->conn = f->efd = f->dfd = f->db_d = f->db_e = -1;
-	f->stats_cap = 64;
-	f->cmd_cap = 16;
-	if (dir) {
-		snprintf(f->dir, sizeof(f->dir), "%s", dir);
-	} else {
-		snprintf(f->dir, sizeof(f->dir), "/tmp/mdcheck.XXXXXX");
-		ck_assert_ptr_nonnull(mkdtemp(f->dir));
-	}
-	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
-	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	strcpy(sa.sun_path, f->path);
-	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(f->lfd, 4), 0);
-	ck_assert_int_eq(pthread_create(&f->th, NULL, fake_serve, f), 0);
-}
+static const struct fake_profile client_fake = {
+	.tag = "check", .engine_id = 7, .instance_id = 42, .abi_minor = MD_ABI_MINOR,
+	.params = client_params,
+};
 
 static void fake_start(struct fake *f, enum fake_mode mode)
 {
-	fake_start_at(f, mode, NULL);
-}
-
-static void fake_join(struct fake *f)
-{
-	pthread_join(f->th, NULL);
-}
-
-static void fake_kill(struct fake *f)
-{
-	if (f->conn >= 0)
-		close(f->conn);
-	f->conn = -1;
-	close(f->lfd);
-	unlink(f->path);
-}
-
-static void fake_stop(struct fake *f)
-{
-	fake_kill(f);
-	rmdir(f->dir);
+	fake_start_at(f, &client_fake, mode, 0, NULL);
 }
 
 static void cfg_for(struct md_client_config *cfg, const struct fake *f)
@@ -249,34 +80,15 @@ static void cfg_for(struct md_client_config *cfg, const struct fake *f)
 static md_client *attach_ok(struct fake *f)
 {
 	struct md_client_config cfg;
-	md_client *c = NULL;
-	fake_start(f, FK_OK);
 	cfg_for(&cfg, f);
-	int rc = md_client_create_attached(&cfg, &c);
-	fake_join(f);
-	ck_assert_msg(rc == 0, "attach: %s", md_strerror(rc));
+	md_client *c = fake_attach(f, &client_fake, 0, &cfg);
 	ck_assert(md_client_attached(c));
 	return c;
 }
 
-static int fake_next(struct fake *f, struct md_stats_rec *r)
-{
-	int64_t n = md_ring_available(&f->stats);
-	ck_assert_int_ge(n, 0);
-	if (n == 0)
-		return 0;
-	ck_assert_int_eq(md_ring_copy_next(&f->stats, r), MD_RING_OK);
-	md_ring_release(&f->stats);
-	return 1;
-}
-
 static void fake_cmd(struct fake *f, uint32_t seq, uint32_t slot, uint32_t gen)
 {
-	struct md_cmd *m = md_ring_reserve(&f->cmds);
-	ck_assert_ptr_nonnull(m);
-	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = MD_EVICT_ENGINE_BUDGET,
-			      .seq = seq, .slot = slot, .gen = gen, .decided_ns = 5 };
-	md_ring_publish(&f->cmds, m);
+	fake_evict(f, MD_EVICT_ENGINE_BUDGET, seq, slot, gen, 5);
 }
 
 /* ---- tests ---- */
@@ -796,7 +608,7 @@ START_TEST(test_reattach_republishes)
 	ck_assert_int_eq(md_page_open(c, 2, 0, 1, 0x3, &s2, &g), MD_EDETACHED);
 	ck_assert_int_eq(md_page_free(c, s2, MD_FREE_FINISHED), MD_EDETACHED);
 	ck_assert_int_eq(md_seq_step(c, 0, 3), MD_EDETACHED);
-	fake_start_at(&f, FK_OK, dir);
+	fake_start_at(&f, &client_fake, FK_OK, 0, dir);
 	ck_assert_int_eq(md_client_reattach(c), 0);
 	fake_join(&f);
 	ck_assert(md_client_attached(c));

@@ -1,6 +1,6 @@
 /*
  * check_contract.c — the engine contract in libmemdecay (docs/adapters.md)
- * against a fake daemon built in the test, in its ABI 1.2 form (per-sequence
+ * against the fake daemon of fake_daemon.h, in its ABI 1.2 form (per-sequence
  * options in the engine segment, seq_protect in the daemon segment) and its
  * 1.1 form: a sequence's pages in order and its live tokens, the evict floor
  * with and without a published protected count, pinned pages, sequence
@@ -26,6 +26,7 @@
 #include "memdecay.h"
 #include "memdecay_clock.h"
 #include "memdecay_ring.h"
+#include "fake_daemon.h"
 
 /* ---- allocation counter (-Wl,--wrap=malloc,calloc,realloc) ---- */
 void *__real_malloc(size_t n);
@@ -36,162 +37,21 @@ void *__wrap_malloc(size_t n) { g_allocs++; return __real_malloc(n); }
 void *__wrap_calloc(size_t n, size_t m) { g_allocs++; return __real_calloc(n, m); }
 void *__wrap_realloc(void *p, size_t n) { g_allocs++; return __real_realloc(p, n); }
 
-/* ---- the fake daemon ---- */
-struct fake {
-	char dir[64], path[128];
-	int lfd, conn;
-	int v12;                    /* 1: ABI 1.2 segments */
-	uint32_t stats_cap, cmd_cap, P, cap, seqs;
-	char *eseg, *dseg;
-	uint64_t esz, dsz;
-	struct md_engine_offsets eo;
-	struct md_daemon_offsets doff;
-	struct md_daemon_ctrl *dctrl;
-	struct md_engine_ctrl *ectrl;
-	struct md_param_block *params;
-	uint32_t *protect;          /* seq_protect (1.2) */
-	struct md_ring_cons stats;
-	struct md_ring_prod cmds;
-	char hello[4096];
-	pthread_t th;
+/* ---- the fake daemon (fake_daemon.h): engine 3 of instance 9, ABI 1.2
+ * segments or 1.1 ones that say so ---- */
+static void contract_params(struct md_param_block *p)
+{
+	p->tau = 0.01;
+	p->pinned_mask = 1;         /* system */
+	p->protect_recent = 1;
+	p->low_watermark = 1;
+	p->seq = 2;
+}
+
+static const struct fake_profile contract_fake = {
+	.tag = "contract", .engine_id = 3, .instance_id = 9, .abi_minor = 1,
+	.params = contract_params,
 };
-
-static uint32_t hello_u32(const char *line, const char *key)
-{
-	const char *p = strstr(line, key);
-	return p ? (uint32_t)strtoul(p + strlen(key), NULL, 10) : 0;
-}
-
-static int make_memfd(uint64_t size)
-{
-	int fd = memfd_create("fake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
-	return fd;
-}
-
-static void fake_segments(struct fake *f)
-{
-	uint32_t flags = f->v12 ? MD_ENGINE_LAYOUT_SEQ_OPTS : 0;
-	f->esz = md_engine_layout_ex(f->cap, f->seqs, f->stats_cap, flags, &f->eo);
-	f->dsz = f->v12 ? md_daemon_layout_ex(f->cmd_cap, f->seqs, &f->doff)
-			: md_daemon_layout(f->cmd_cap, &f->doff);
-}
-
-static void *fake_serve(void *arg)
-{
-	struct fake *f = arg;
-	f->conn = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (f->conn < 0)
-		return NULL;
-	size_t len = 0;
-	while (len < sizeof(f->hello) - 1 && !strchr(f->hello, '\n')) {
-		ssize_t n = read(f->conn, f->hello + len, sizeof(f->hello) - 1 - len);
-		if (n <= 0)
-			return NULL;
-		len += (size_t)n;
-		f->hello[len] = 0;
-	}
-	f->P = hello_u32(f->hello, "page_tokens=");
-	f->cap = hello_u32(f->hello, "page_capacity=");
-	f->seqs = hello_u32(f->hello, "max_seqs=");
-	fake_segments(f);
-	int efd = make_memfd(f->esz), dfd = make_memfd(f->dsz);
-	f->eseg = mmap(NULL, f->esz, PROT_READ | PROT_WRITE, MAP_SHARED, efd, 0);
-	f->dseg = mmap(NULL, f->dsz, PROT_READ | PROT_WRITE, MAP_SHARED, dfd, 0);
-	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
-	struct md_segment_header h = {
-		.abi_major = MD_ABI_MAJOR, .abi_minor = f->v12 ? 2 : 1,
-		.header_size = sizeof(struct md_segment_header), .engine_id = 3,
-		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
-		.stats_capacity = f->stats_cap, .cmd_capacity = f->cmd_cap, .instance_id = 9,
-	};
-	*eh = h;
-	eh->kind = MD_SEGMENT_ENGINE;
-	eh->segment_size = f->esz;
-	eh->off.engine = f->eo;
-	*dh = h;
-	dh->kind = MD_SEGMENT_DAEMON;
-	dh->segment_size = f->dsz;
-	dh->off.daemon = f->doff;
-	f->dctrl = (void *)(f->dseg + f->doff.ctrl);
-	f->ectrl = (void *)(f->eseg + f->eo.ctrl);
-	f->params = (void *)(f->dseg + f->doff.params);
-	f->protect = f->v12 ? (void *)(f->dseg + f->doff.seq_protect) : NULL;
-	f->dctrl->instance_id = 9;
-	f->params->tau = 0.01;
-	f->params->pinned_mask = 1;         /* system */
-	f->params->protect_recent = 1;
-	f->params->low_watermark = 1;
-	f->params->seq = 2;
-	md_store_release(&f->dctrl->heartbeat_ns, 1);
-	md_store_release(&eh->magic, MD_ABI_MAGIC);
-	md_store_release(&dh->magic, MD_ABI_MAGIC);
-	ck_assert_int_eq(fcntl(efd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-	ck_assert_int_eq(fcntl(dfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-	int db_d = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	int db_e = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	ck_assert_int_eq(md_ring_cons_init(&f->stats, f->eseg + f->eo.stats_ring, f->stats_cap,
-					   sizeof(struct md_stats_rec), &f->ectrl->stats_tail,
-					   &f->dctrl->stats_head, 0), 0);
-	ck_assert_int_eq(md_ring_prod_init(&f->cmds, f->dseg + f->doff.cmd_ring, f->cmd_cap,
-					   sizeof(struct md_cmd), &f->dctrl->cmd_tail,
-					   &f->ectrl->cmd_head, 0), 0);
-	int fds[4] = { efd, dfd, db_d, db_e };
-	char line[] = "OK engine_id=3 instance=9\n";
-	struct iovec iov = { line, sizeof(line) - 1 };
-	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 4)]; } cm;
-	memset(&cm, 0, sizeof(cm));
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-			     .msg_controllen = sizeof(cm.b) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	ssize_t w = sendmsg(f->conn, &mh, MSG_NOSIGNAL);
-	(void)w;
-	close(efd);
-	close(dfd);   /* the mappings keep the segments; the doorbells stay open */
-	return NULL;
-}
-
-static void fake_start_at(struct fake *f, int v12, const char *dir)
-{
-	memset(f, 0, sizeof(*f));
-	f->v12 = v12;
-	f->conn = -1;
-	f->stats_cap = 64;
-	f->cmd_cap = 16;
-	if (dir) {
-		snprintf(f->dir, sizeof(f->dir), "%s", dir);
-	} else {
-		snprintf(f->dir, sizeof(f->dir), "/tmp/mdcontract.XXXXXX");
-		ck_assert_ptr_nonnull(mkdtemp(f->dir));
-	}
-	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
-	f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	strcpy(sa.sun_path, f->path);
-	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(f->lfd, 4), 0);
-	ck_assert_int_eq(pthread_create(&f->th, NULL, fake_serve, f), 0);
-}
-
-static void fake_kill(struct fake *f)
-{
-	if (f->conn >= 0)
-		close(f->conn);
-	f->conn = -1;
-	close(f->lfd);
-	unlink(f->path);
-}
-
-static void fake_stop(struct fake *f)
-{
-	fake_kill(f);
-	rmdir(f->dir);
-}
 
 static void cfg_for(struct md_client_config *cfg, const char *path)
 {
@@ -205,13 +65,8 @@ static void cfg_for(struct md_client_config *cfg, const char *path)
 static md_client *attach(struct fake *f, int v12)
 {
 	struct md_client_config cfg;
-	md_client *c = NULL;
-	fake_start_at(f, v12, NULL);
 	cfg_for(&cfg, f->path);
-	int rc = md_client_create_attached(&cfg, &c);
-	pthread_join(f->th, NULL);
-	ck_assert_msg(rc == 0, "attach: %s", md_strerror(rc));
-	return c;
+	return fake_attach(f, &contract_fake, v12, &cfg);
 }
 
 static md_client *detached_client(void)
@@ -224,37 +79,11 @@ static md_client *detached_client(void)
 	return c;
 }
 
-/* The next record of a type the fake has not consumed yet (0: none). */
-static int fake_find(struct fake *f, uint16_t type, struct md_stats_rec *out)
-{
-	struct md_stats_rec r;
-	while (md_ring_available(&f->stats) > 0) {
-		ck_assert_int_eq(md_ring_copy_next(&f->stats, &r), MD_RING_OK);
-		md_ring_release(&f->stats);
-		if (r.type == type) {
-			*out = r;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-static void fake_drain(struct fake *f)
-{
-	struct md_stats_rec r;
-	while (fake_find(f, MD_REC_NONE, &r))
-		;
-}
-
 static void fake_cmd(struct fake *f, md_client *c, uint32_t slot)
 {
 	struct md_page_entry e;
 	ck_assert_int_eq(md_page_info(c, slot, &e), 0);
-	struct md_cmd *m = md_ring_reserve(&f->cmds);
-	ck_assert_ptr_nonnull(m);
-	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = MD_EVICT_SEQUENCE_BUDGET,
-			      .seq = e.seq, .slot = slot, .gen = e.generation, .decided_ns = 1 };
-	md_ring_publish(&f->cmds, m);
+	fake_evict(f, MD_EVICT_SEQUENCE_BUDGET, e.seq, slot, e.generation, 1);
 }
 
 /* n full pages of seq at positions 0, 16, ...: the first `system` of them
@@ -499,9 +328,9 @@ START_TEST(test_reattach_republishes_options)
 	/* changed while detached: the next daemon gets the latest */
 	o.budget_sequence_tokens = 48;
 	ck_assert_int_eq(md_seq_set_options(c, 3, &o), MD_EDETACHED);
-	fake_start_at(&f, 1, dir);
+	fake_start_at(&f, &contract_fake, FK_OK, 1, dir);
 	ck_assert_int_eq(md_client_reattach(c), 0);
-	pthread_join(f.th, NULL);
+	fake_join(&f);
 	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
 	ck_assert_uint_eq(e[2].policy, MD_POLICY_RECENCY);
 	ck_assert_uint_eq(e[2].budget_sequence_tokens, MD_SEQ_ENGINE_U64);
@@ -786,7 +615,7 @@ START_TEST(test_maintain_reattaches)
 	ck_assert_int_eq(md_client_maintain(c, 0, 20), 0);   /* no daemon, backing off */
 
 	/* a new daemon: maintain reattaches within its retry period */
-	fake_start_at(&f, 1, dir);
+	fake_start_at(&f, &contract_fake, FK_OK, 1, dir);
 	uint64_t t0 = md_now_ns();
 	int up = 0;
 	while (!up && md_now_ns() - t0 < 2000000000ull) {
@@ -794,7 +623,7 @@ START_TEST(test_maintain_reattaches)
 		struct timespec ts = { 0, 5000000 };
 		nanosleep(&ts, NULL);
 	}
-	pthread_join(f.th, NULL);
+	fake_join(&f);
 	ck_assert(up);
 	struct md_client_counters cc;
 	md_client_counters(c, &cc);
