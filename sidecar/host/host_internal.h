@@ -80,6 +80,9 @@ struct md__engine {
 	uint32_t *keyheap_pos;    /* [page_capacity] position in its keyheap, or MD__NO_HEAP */
 	uint32_t *decayheap_pos;  /* [page_capacity] position in its decayheap */
 	uint8_t *dcls;            /* [page_capacity] decay class or MD__NO_CLASS */
+	double *dg;               /* [page_capacity] turn_decay: the decay bound g under
+				     its decayheap key, which also holds the attention
+				     part (evict_index.c) */
 	const struct md__params *params; /* the host's, for index upkeep */
 	double cls_lambda[MD_REGIONS_MAX];
 	uint32_t n_cls;
