@@ -19,13 +19,16 @@
  *    page's largest lambda.  t is the sequence's clock (step_decay), or its
  *    turn count (turn_decay: a token's age in turns grows by at most one per
  *    turn begun).  Time-invariant within a class; refreshes only make it
- *    looser (still valid).
+ *    looser (still valid).  Under turn_decay the key is G, a bound of the
+ *    whole score with the page's key folded in (comb_key), g kept in e->dg.
  * A decision for a scope (one sequence, or all sequences of an engine) is a
  * threshold algorithm (Fagin) over the two views: pop pages in key order (and,
  * once 8 pops did not settle it, alternately in decay-bound order), compute
  * each exact score into a buffer ordered by (score, first_pos, slot), and
  * evict the buffer's best once it is below min key + min decay bound of the
- * unseen pages (every unseen page scores at least that).  A score of exactly
+ * unseen pages (every unseen page scores at least that).  Under turn_decay
+ * the decay heads alone bound every unseen page's score: pop in their order,
+ * stop below their minimum.  A score of exactly
  * 0 forces a key of 0, so the key order settles ties at 0.  Buffered pages go
  * back to their heaps when the scope ends.  Result == the oracle's full sort.
  * The heaps, by what they order:
@@ -33,6 +36,7 @@
  *   decayheap (md__seq.decayheap[c])  a sequence's class-c pages by g
  *   key_heads (scope)                 the sequences' keyheap heads
  *   decay_heads (scope)               the sequences' decayheap heads, by g - lambda_c t
+ *                                     (G - lambda_c t under turn_decay)
  *   cands (scope)                     popped pages by exact score: the eviction order
  * Cost: O(sequences) to gather heads, plus (pages whose bounds sit below the
  * chosen score) x log n.  Parameter changes bump an epoch; an engine's index

@@ -47,7 +47,8 @@ struct md__seq {
 	uint32_t tail_slot;       /* pages[n_pages - 1].slot when n_pages: grows hit it */
 	struct md__pos_ent *pages;
 	struct md__heap_ent *keyheap;   /* by (key, first_pos, slot) */
-	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
+	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) of
+	 * the decaying part (turn_decay: key G, the same of the whole score) */
 	struct md__heap_ent *decayheap[MD_REGIONS_MAX];
 	uint32_t decayheap_n[MD_REGIONS_MAX], decayheap_cap[MD_REGIONS_MAX];
 	/* turns (memdecay-turn, docs/policies.md): the clock at which each turn
@@ -308,7 +309,8 @@ struct md__scope {
 	/* the scope's sequences' key-heap heads, ordered by (key, first_pos, slot) */
 	struct md__key_head *key_heads;
 	size_t n_key_heads;
-	/* their decay-heap heads, ordered by the decay bound v (memdecay only) */
+	/* their decay-heap heads, ordered by the decay bound v (step_decay,
+	 * turn_decay) */
 	struct md__decay_head *decay_heads;
 	size_t n_decay_heads;
 	uint64_t nodecay;     /* unseen pages with no decay bound */
