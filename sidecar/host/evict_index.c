@@ -218,9 +218,10 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
  * every later turn count until ingest lowers K, and the decaying part is
  * >= exp(g - lambda_c T), so at turn count T >= T0 (T0: when it was computed)
  *   score(T) >= K + exp(g - lambda_c T)
- *            >= K exp(-lambda_c (T - T0)) + exp(g - lambda_c T)   (K >= 0)
- *             = exp(G - lambda_c T),  G = log(K exp(lambda_c T0) + exp(g)):
- * time-invariant like g, so heads still compare by G - lambda_c T.  It gets
+ *            >= K exp(-lambda_c (T - T0)) + exp(g - lambda_c T)
+ *             = exp(G - lambda_c T),  G = log(K exp(lambda_c T0) + exp(g))
+ * (K >= 0: bases, alpha and attention masses are; the turn count T never
+ * falls while the page lives).  G is time-invariant like g, so heads still compare by G - lambda_c T.  It gets
  * looser as turns pass (the attention part is counted as decaying); a
  * decision re-keys a head that surfaces (turn_rekey).  When ingest lowers K,
  * md__heap_lower_key recomputes G from the new K (and g, kept in e->dg).
