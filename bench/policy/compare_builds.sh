@@ -2,15 +2,16 @@
 # compare_builds.sh BEFORE_BIN AFTER_BIN [ROUNDS] [POLICIES] — the policy bench
 # of two builds (e.g. the last release and the working tree), run alternately
 # in one session so that machine noise falls on both.  Prints one JSON object:
-# per policy and page count, the decision-time and ingest-rate medians of each
-# build, their spread over the rounds, the after/before ratio of the medians,
-# and the oracle mismatches of every run (which must be 0).
+# per policy and page count, the decision-time, full-sort-time and ingest-rate
+# medians of each build, their spread over the rounds, how many times cheaper
+# than the sort a decision was (per run), the after/before ratio of the
+# medians, and the oracle mismatches of every run (which must be 0).
 #   ROUNDS    default 3 (each run takes about 40 s on 2 cores)
 #   POLICIES  comma list, default memdecay,random
 #   PAGES     (environment) page counts, e.g. 1000,10000,100000; default the bench's
 set -eu
 if [ $# -lt 2 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
 	[ $# -ge 1 ] && exit 0 || exit 2
 fi
 BEFORE=$1 AFTER=$2 ROUNDS=${3:-3} POLICIES=${4:-memdecay,random}
@@ -52,8 +53,15 @@ for pol in policies:
         for w in ("before", "after"):
             dec = [r[i]["decision_ns_median"] for r in runs[w]]
             ing = [r[i]["ingest_records_per_s"] for r in runs[w]]
+            srt = [r[i]["sort_ns_median"] for r in runs[w]]
+            # per run: the full sort's time over the index decision's
+            spd = [r[i]["sort_ns_median"] / r[i]["decision_ns_median"] for r in runs[w]]
             row[w] = {"decision_ns_median": statistics.median(dec),
                       "decision_ns_range": [min(dec), max(dec)],
+                      "sort_ns_median": statistics.median(srt),
+                      "sort_ns_range": [min(srt), max(srt)],
+                      "sort_over_decision_median": round(statistics.median(spd), 1),
+                      "sort_over_decision_range": [round(min(spd), 1), round(max(spd), 1)],
                       "ingest_records_per_s_median": statistics.median(ing),
                       "ingest_range": [min(ing), max(ing)],
                       "oracle_mismatches": sum(r[i]["oracle_mismatches"] for r in runs[w])}

@@ -19,13 +19,16 @@
  *    page's largest lambda.  t is the sequence's clock (step_decay), or its
  *    turn count (turn_decay: a token's age in turns grows by at most one per
  *    turn begun).  Time-invariant within a class; refreshes only make it
- *    looser (still valid).
+ *    looser (still valid).  Under turn_decay the key is G, a bound of the
+ *    whole score with the page's key folded in (comb_key), g kept in e->dg.
  * A decision for a scope (one sequence, or all sequences of an engine) is a
  * threshold algorithm (Fagin) over the two views: pop pages in key order (and,
  * once 8 pops did not settle it, alternately in decay-bound order), compute
  * each exact score into a buffer ordered by (score, first_pos, slot), and
  * evict the buffer's best once it is below min key + min decay bound of the
- * unseen pages (every unseen page scores at least that).  A score of exactly
+ * unseen pages (every unseen page scores at least that).  Under turn_decay
+ * the decay heads alone bound every unseen page's score: pop in their order,
+ * stop below their minimum.  A score of exactly
  * 0 forces a key of 0, so the key order settles ties at 0.  Buffered pages go
  * back to their heaps when the scope ends.  Result == the oracle's full sort.
  * The heaps, by what they order:
@@ -33,6 +36,7 @@
  *   decayheap (md__seq.decayheap[c])  a sequence's class-c pages by g
  *   key_heads (scope)                 the sequences' keyheap heads
  *   decay_heads (scope)               the sequences' decayheap heads, by g - lambda_c t
+ *                                     (G - lambda_c t under turn_decay)
  *   cands (scope)                     popped pages by exact score: the eviction order
  * Cost: O(sequences) to gather heads, plus (pages whose bounds sit below the
  * chosen score) x log n.  Parameter changes bump an epoch; an engine's index
@@ -203,17 +207,52 @@ static int decay_bound(const struct md__engine *e, uint32_t slot, uint32_t *cls,
 	return 0;
 }
 
-/* cls/g: a bound kept from earlier (still valid: it only gets looser), or
- * MD__NO_CLASS with g = NAN to compute it now */
-static void decayheap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c, double g)
+/*
+ * turn_decay: the decay heap orders a page by a bound of its whole score, not
+ * only of its decaying part.  memdecay-turn decays slowly per turn, so the
+ * decaying and the attention parts are of one size over a sequence's life; a
+ * threshold over two separate views (min key + min decay bound) then stays
+ * far below the scores near the lowest one, and a decision pops nearly every
+ * page.  The bound, with K the page's key-heap key, g its decay bound and
+ * lambda_c its class rate: K <= the attention part (static + attention) at
+ * every later turn count until ingest lowers K, and the decaying part is
+ * >= exp(g - lambda_c T), so at turn count T >= T0 (T0: when it was computed)
+ *   score(T) >= K + exp(g - lambda_c T)
+ *            >= K exp(-lambda_c (T - T0)) + exp(g - lambda_c T)
+ *             = exp(G - lambda_c T),  G = log(K exp(lambda_c T0) + exp(g))
+ * (K >= 0: bases, alpha and attention masses are; the turn count T never
+ * falls while the page lives).  G is time-invariant like g, so heads still compare by G - lambda_c T.  It gets
+ * looser as turns pass (the attention part is counted as decaying); a
+ * decision re-keys a head that surfaces (turn_rekey).  When ingest lowers K,
+ * md__heap_lower_key recomputes G from the new K (and g, kept in e->dg).
+ */
+static inline double comb_key(double k, double lt, double g)
+{
+	if (!(k > 0.0))
+		return g;
+	double a = log(k) + lt; /* log of K exp(lambda_c T0) */
+	return a > g ? a + log1p(exp(g - a)) : g + log1p(exp(a - g));
+}
+
+/* cls/g: a bound kept from earlier (still valid: it only gets looser; under
+ * turn_decay the combined key G, its g in e->dg), or MD__NO_CLASS with g = NAN
+ * to compute it now, from key (turn_decay) */
+static void decayheap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, uint32_t c,
+			     double g, double key)
 {
 	e->dcls[slot] = MD__NO_CLASS;
 	if (!e->step_decay && !e->turn_decay) {
 		s->nodecay++;
 		return;
 	}
-	if (isnan(g) && decay_bound(e, slot, &c, &g))
-		c = MD__NO_CLASS;
+	if (isnan(g)) {
+		if (decay_bound(e, slot, &c, &g))
+			c = MD__NO_CLASS;
+		else if (e->turn_decay) {
+			e->dg[slot] = g;
+			g = comb_key(key, e->cls_lambda[c] * (double)s->turn_n, g);
+		}
+	}
 	if (c == MD__NO_CLASS) {
 		s->nodecay++;
 		return;
@@ -267,7 +306,7 @@ static void heap_insert_bound(struct md__engine *e, struct md__seq *s, uint32_t 
 	e->keyheap_pos[slot] = s->keyheap_n;
 	s->keyheap_n++;
 	keyheap_sift_up(e, s, s->keyheap_n - 1);
-	decayheap_insert(e, s, slot, cls, g);
+	decayheap_insert(e, s, slot, cls, g, key);
 }
 
 void md__heap_insert(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
@@ -306,12 +345,33 @@ void md__heap_clear(struct md__engine *e, struct md__seq *s)
 		s->decayheap_n[c] = 0;
 }
 
+/* a decay-heap entry's key moved either way */
+static void decayheap_rekey(struct md__engine *e, struct md__seq *s, uint32_t c, uint32_t i,
+			    double key)
+{
+	struct md__heap_ent *hp = s->decayheap[c];
+	double old = hp[i].key;
+	hp[i].key = key;
+	if (key < old)
+		decayheap_sift_up(e, hp, i);
+	else if (key > old)
+		decayheap_sift_down(e, hp, s->decayheap_n[c], i);
+}
+
 void md__heap_lower_key(struct md__engine *e, struct md__seq *s, uint32_t slot, double key)
 {
 	uint32_t i = e->keyheap_pos[slot];
 	s->keyheap[i].key = key;
 	set_hint(e, slot, key);
 	keyheap_sift_up(e, s, i);
+	/* turn_decay: the combined key was computed from the old K, larger
+	 * (about 1 attention record in 100 lowers a key in the policy bench) */
+	if (!e->turn_decay)
+		return;
+	uint32_t c = e->dcls[slot];
+	if (c != MD__NO_CLASS)
+		decayheap_rekey(e, s, c, e->decayheap_pos[slot],
+				comb_key(key, e->cls_lambda[c] * (double)s->turn_n, e->dg[slot]));
 }
 
 /* ---- one decision ---- */
@@ -471,21 +531,34 @@ static struct md__cand cands_pop(struct md__scope *sc)
 	return top;
 }
 
-/* A turn_decay page's decay-heap key goes stale-low fast: a refreshed token
- * restarts its age at 0 while the key keeps the old one, and memdecay-turn's
- * slow per-turn rates keep such a page well above its key for hundreds of
- * turns.  The head of class c of sequence s is re-keyed to its bound now when
- * that is higher (returns 1: the head moved, pop again); a page whose key
- * still holds is scored as usual.  Step-decay keys are left as they are:
- * their pages decay within a few pages' worth of steps. */
-static int decay_rekey(struct md__engine *e, struct md__seq *s, uint32_t c)
+/* turn_decay: the head of class c of sequence s (slot) re-keyed to its
+ * combined bound now, when that is higher (returns 1: the head moved, pop
+ * again).  Its key G loses the attention part as turns pass, and its g goes
+ * stale-low when a token is refreshed (its age restarts at 0 while g keeps
+ * the old one); both are taken afresh: g from the tokens, K raised to the
+ * page's lower bound in the key heap too, so that ingest's lowering keeps
+ * guarding the K that G was computed from.  A page whose key still holds is
+ * scored as usual. */
+static int turn_rekey(struct md__scope *sc, struct md__seq *s, uint32_t c, uint32_t slot,
+		      const struct md__score_in *in)
 {
-	struct md__heap_ent *hp = s->decayheap[c];
+	struct md__engine *e = sc->e;
+	uint32_t i = e->keyheap_pos[slot];
+	double k = s->keyheap[i].key, lb = sc->pol->lower_bound(&e->pages[slot], in), g;
+	if (lb > k) {
+		k = lb;
+		s->keyheap[i].key = lb;
+		set_hint(e, slot, lb);
+		keyheap_sift_down(e, s, i);
+	}
 	uint32_t cls;
-	double g;
-	if (decay_bound(e, hp[0].slot, &cls, &g) || cls != c || !(g > hp[0].key))
+	if (!decay_bound(e, slot, &cls, &g) && cls == c && g > e->dg[slot])
+		e->dg[slot] = g;
+	struct md__heap_ent *hp = s->decayheap[c];
+	double key = comb_key(k, e->cls_lambda[c] * (double)s->turn_n, e->dg[slot]);
+	if (!(key > hp[0].key))
 		return 0;
-	hp[0].key = g;
+	hp[0].key = key;
 	decayheap_sift_down(e, hp, s->decayheap_n[c], 0);
 	return 1;
 }
@@ -498,20 +571,40 @@ static void decay_heads_build(struct md__scope *sc);
  * Threshold-algorithm style over two sorted views of the unseen pages:
  * score >= key (static + attention part) + decaying part, and the decaying
  * part >= exp(min head v).  Stop when the best seen score is below the sum of
- * the two heads' bounds, or (score 0) when nothing unseen can come first. */
+ * the two heads' bounds, or (score 0) when nothing unseen can come first.
+ * turn_decay: the decay heads bound the whole score (comb_key), so the
+ * threshold is their minimum alone, or the key heads' when some unseen page
+ * has no decay bound (its score >= its key) and that is lower; pages come in
+ * the order of the view that sets it. */
 int md__scope_next(struct md__scope *sc, uint32_t *out)
 {
 	struct md__engine *e = sc->e;
+	/* without the heads' buffer (out of memory) turn_decay runs on the keys
+	 * alone: the decay heads are never gathered, their bound is never used */
+	int comb = e->turn_decay && sc->decay_heads;
 	for (;;) {
 		key_heads_fix(sc);
 		decay_heads_fix(sc);
 		if (sc->n_key_heads == 0)
 			break;
-		if (!sc->decay_heads_built && sc->pops >= DECAY_HEADS_AFTER_POPS && sc->decay_heads && !sc->nodecay)
-			decay_heads_build(sc);
-		double dmin = (sc->nodecay || !sc->decay_heads_built || sc->n_decay_heads == 0)
-				      ? 0.0 : exp(sc->decay_heads[0].v) * D_SHAVE;
-		double thr = sc->key_heads[0].key + dmin;
+		double thr;
+		int from_decay;
+		if (comb) {
+			if (!sc->decay_heads_built)
+				decay_heads_build(sc);
+			double cmin = sc->n_decay_heads ? exp(sc->decay_heads[0].v) * D_SHAVE : 0.0;
+			from_decay = sc->n_decay_heads &&
+				     !(sc->nodecay && sc->key_heads[0].key < cmin);
+			thr = from_decay ? cmin : sc->key_heads[0].key;
+		} else {
+			if (!sc->decay_heads_built && sc->pops >= DECAY_HEADS_AFTER_POPS &&
+			    sc->decay_heads && !sc->nodecay)
+				decay_heads_build(sc);
+			double dmin = (sc->nodecay || !sc->decay_heads_built || sc->n_decay_heads == 0)
+					      ? 0.0 : exp(sc->decay_heads[0].v) * D_SHAVE;
+			thr = sc->key_heads[0].key + dmin;
+			from_decay = -1; /* the views alternately, once a pop is due */
+		}
 		if (sc->n_cands) {
 			const struct md__cand *b = &sc->cands[0];
 			if (b->score < thr)
@@ -522,25 +615,21 @@ int md__scope_next(struct md__scope *sc, uint32_t *out)
 			     (b->first_pos == sc->key_heads[0].first_pos && b->slot < sc->key_heads[0].slot)))
 				break;
 		}
-		sc->turn ^= 1;
+		if (from_decay < 0) {
+			sc->turn ^= 1;
+			from_decay = sc->turn && sc->decay_heads_built && sc->n_decay_heads;
+		}
 		sc->pops++;
-		/* which view to pop: alternately, except under turn_decay, whose
-		 * views differ in scale by orders of magnitude (slow per-turn
-		 * decay, or fully decayed pages whose attention decides): the one
-		 * whose bound is larger, the one that moves the threshold */
-		int from_decay = sc->turn;
-		if (e->turn_decay)
-			from_decay = dmin > sc->key_heads[0].key;
 		uint32_t q, slot;
 		struct md__seq *s;
 		struct md__score_in in;
-		if (from_decay && sc->decay_heads_built && sc->n_decay_heads) {
+		if (from_decay) {
 			q = sc->decay_heads[0].seq;
 			s = &e->seqs[q];
 			slot = s->decayheap[sc->decay_heads[0].cls][0].slot;
-			if (e->turn_decay && decay_rekey(e, s, sc->decay_heads[0].cls))
-				continue;
 			md__score_in_init(sc->h, e, slot, &in);
+			if (comb && turn_rekey(sc, s, sc->decay_heads[0].cls, slot, &in))
+				continue;
 		} else {
 			q = sc->key_heads[0].seq;
 			s = &e->seqs[q];

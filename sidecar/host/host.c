@@ -84,6 +84,7 @@ static void engine_free(struct md__engine *e)
 	free(e->decayheap_pos);
 	free(e->keyheap_pos);
 	free(e->dcls);
+	free(e->dg);
 	free(e->seqs);
 	free(e->pages);
 	free(e->t_refresh);
@@ -160,12 +161,13 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->decayheap_pos = big_calloc(page_capacity, sizeof(*e->decayheap_pos));
 	e->keyheap_pos = big_calloc(page_capacity, sizeof(*e->keyheap_pos));
 	e->dcls = malloc(page_capacity);
+	e->dg = big_calloc(page_capacity, sizeof(*e->dg));
 	e->ob_seqs = malloc((size_t)max_seqs * 2 * sizeof(*e->ob_seqs));
 	e->own_seqs = malloc((size_t)max_seqs * sizeof(*e->own_seqs));
 	e->kpub_seqs = malloc((size_t)max_seqs * sizeof(*e->kpub_seqs));
 	e->params = &h->params;
 	e->abi_minor = MD_ABI_MINOR;
-	if (!e->pages || !e->t_refresh || !e->seqs || !e->decayheap_pos || !e->dcls ||
+	if (!e->pages || !e->t_refresh || !e->seqs || !e->decayheap_pos || !e->dcls || !e->dg ||
 	    !e->keyheap_pos || !e->ob_seqs || !e->own_seqs || !e->kpub_seqs) {
 		engine_free(e);
 		return -ENOMEM;

@@ -47,7 +47,8 @@ struct md__seq {
 	uint32_t tail_slot;       /* pages[n_pages - 1].slot when n_pages: grows hit it */
 	struct md__pos_ent *pages;
 	struct md__heap_ent *keyheap;   /* by (key, first_pos, slot) */
-	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) */
+	/* decay heaps, one per lambda class: key g, bound exp(g - lambda_c t) of
+	 * the decaying part (turn_decay: key G, the same of the whole score) */
 	struct md__heap_ent *decayheap[MD_REGIONS_MAX];
 	uint32_t decayheap_n[MD_REGIONS_MAX], decayheap_cap[MD_REGIONS_MAX];
 	/* turns (memdecay-turn, docs/policies.md): the clock at which each turn
@@ -80,6 +81,9 @@ struct md__engine {
 	uint32_t *keyheap_pos;    /* [page_capacity] position in its keyheap, or MD__NO_HEAP */
 	uint32_t *decayheap_pos;  /* [page_capacity] position in its decayheap */
 	uint8_t *dcls;            /* [page_capacity] decay class or MD__NO_CLASS */
+	double *dg;               /* [page_capacity] turn_decay: the decay bound g under
+				     its decayheap key, which also holds the attention
+				     part (evict_index.c) */
 	const struct md__params *params; /* the host's, for index upkeep */
 	double cls_lambda[MD_REGIONS_MAX];
 	uint32_t n_cls;
@@ -305,7 +309,8 @@ struct md__scope {
 	/* the scope's sequences' key-heap heads, ordered by (key, first_pos, slot) */
 	struct md__key_head *key_heads;
 	size_t n_key_heads;
-	/* their decay-heap heads, ordered by the decay bound v (memdecay only) */
+	/* their decay-heap heads, ordered by the decay bound v (step_decay,
+	 * turn_decay) */
 	struct md__decay_head *decay_heads;
 	size_t n_decay_heads;
 	uint64_t nodecay;     /* unseen pages with no decay bound */
