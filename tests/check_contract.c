@@ -28,14 +28,7 @@
 #include "memdecay_ring.h"
 #include "fake_daemon.h"
 
-/* ---- allocation counter (-Wl,--wrap=malloc,calloc,realloc) ---- */
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-static volatile long g_allocs;
-void *__wrap_malloc(size_t n) { g_allocs++; return __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { g_allocs++; return __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { g_allocs++; return __real_realloc(p, n); }
+#include "alloc_count.h"   /* g_allocs */
 
 /* ---- the fake daemon (fake_daemon.h): engine 3 of instance 9, ABI 1.2
  * segments or 1.1 ones that say so ---- */
