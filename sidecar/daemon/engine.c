@@ -104,23 +104,31 @@ static size_t flush_commands(struct md__peer *e)
 	return sent;
 }
 
-/* Copies one page-table entry consistently (version even and unchanged). */
-static int copy_page_entry(const struct md_page_entry *src, struct md_page_entry *dst)
+/* Copies one engine-written entry consistently: a struct of 8-byte words
+ * whose first 32 bits are its version word (odd while the engine writes it),
+ * read until the version is even and unchanged.  Page-table entries and
+ * sequence options are both such entries. */
+static int copy_versioned(const void *src, void *dst, size_t size)
 {
+	const uint32_t *ver = src;
+	const uint64_t *s64 = src;
+	uint64_t *d64 = dst;
 	for (int t = 0; t < MD__PAGE_READ_TRIES; t++) {
-		uint32_t v0 = md_load_acquire(&src->version);
+		uint32_t v0 = md_load_acquire(ver);
 		if (v0 & 1)
 			continue;
-		const uint64_t *s64 = (const uint64_t *)src;
-		uint64_t *d64 = (uint64_t *)dst;
-		for (size_t k = 0; k < sizeof(*dst) / 8; k++)
+		for (size_t k = 0; k < size / 8; k++)
 			d64[k] = md_load_relaxed(&s64[k]);
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (md_load_relaxed(&src->version) == v0 && dst->version == v0)
+		if (md_load_relaxed(ver) == v0 && *(const uint32_t *)dst == v0)
 			return 0;
 	}
 	return -EAGAIN;
 }
+_Static_assert(offsetof(struct md_page_entry, version) == 0 &&
+	       sizeof(struct md_page_entry) % 8 == 0, "page entry: version word first");
+_Static_assert(offsetof(struct md_seq_opts, version) == 0 &&
+	       sizeof(struct md_seq_opts) % 8 == 0, "seq opts: version word first");
 
 /* Feeds one snapshot of the page table to the host.  Returns how many live
  * entries the host refused because of their position (see resync()). */
@@ -168,24 +176,6 @@ static uint32_t resync_pass(struct md__daemon *d, struct md__peer *e, const uint
 	return pos_refused;
 }
 
-/* Copies one sequence's options entry consistently (version even and
- * unchanged), as copy_page_entry. */
-static int copy_seq_opts(const struct md_seq_opts *src, struct md_seq_opts *dst)
-{
-	for (int t = 0; t < MD__PAGE_READ_TRIES; t++) {
-		uint32_t v0 = md_load_acquire(&src->version);
-		if (v0 & 1)
-			continue;
-		dst->version = v0;
-		dst->policy = md_load_relaxed(&src->policy);
-		dst->budget_sequence_tokens = md_load_relaxed(&src->budget_sequence_tokens);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (md_load_relaxed(&src->version) == v0)
-			return 0;
-	}
-	return -EAGAIN;
-}
-
 /* ABI 1.2: every sequence's options from the engine's table, validated as
  * MD_REC_SEQ_OPTS records (a bad entry is counted and logged, not a
  * violation, as a bad page entry); an entry being written keeps the options
@@ -196,7 +186,7 @@ static void resync_seq_opts(struct md__daemon *d, struct md__peer *e)
 		return;
 	for (uint32_t q = 0; q < e->max_seqs; q++) {
 		struct md_seq_opts so;
-		if (copy_seq_opts(&e->seq_opts[q], &so) < 0) {
+		if (copy_versioned(&e->seq_opts[q], &so, sizeof(so)) < 0) {
 			e->seq_opts_torn++;
 			continue;
 		}
@@ -248,7 +238,7 @@ static void resync(struct md__daemon *d, struct md__peer *e, uint64_t request)
 	uint64_t torn = 0;
 	for (uint32_t slot = 0; slot < e->page_capacity; slot++) {
 		struct md_page_entry *pe = &e->resync_buf[slot];
-		if (copy_page_entry(&e->page_table[slot], pe) < 0) {
+		if (copy_versioned(&e->page_table[slot], pe, sizeof(*pe)) < 0) {
 			torn++;
 			pe->state = MD_PAGE_FREE; /* being written: the next resync gets it */
 		}
