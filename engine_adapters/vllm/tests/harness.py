@@ -195,6 +195,15 @@ def tmpdir(prefix):
     return tempfile.mkdtemp(prefix=prefix)
 
 
+def workdir(prefix):
+    """The test's working folder: DIR after `--keep DIR` (made if missing, kept
+    afterwards), else a new temporary one named prefix..."""
+    if len(sys.argv) == 3 and sys.argv[1] == "--keep":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        return sys.argv[2]
+    return tmpdir(prefix)
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -52,9 +52,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0
-    work = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--keep" else \
-        harness.tmpdir("md-vllm-adopt-")
-    os.makedirs(work, exist_ok=True)
+    work = harness.workdir("md-vllm-adopt-")
     harness.exit_on_sigterm()
     daemon = harness.Daemon(work).start()
     try:

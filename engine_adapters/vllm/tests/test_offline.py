@@ -89,10 +89,7 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--phase":
         return phase(sys.argv[2], sys.argv[3])
     harness.exit_on_sigterm()
-    work = harness.tmpdir("md-vllm-offline-")
-    if len(sys.argv) == 3 and sys.argv[1] == "--keep":
-        work = sys.argv[2]
-        os.makedirs(work, exist_ok=True)
+    work = harness.workdir("md-vllm-offline-")
     daemon = harness.Daemon(work).start()
     trace = os.path.join(work, "trace.jsonl")
     fails = []

@@ -36,9 +36,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0
-    work = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--keep" else \
-        harness.tmpdir("md-vllm-options-")
-    os.makedirs(work, exist_ok=True)
+    work = harness.workdir("md-vllm-options-")
     harness.exit_on_sigterm()
     daemon = harness.Daemon(work).start()
     trace = os.path.join(work, "trace.jsonl")

@@ -221,10 +221,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0
-    work = harness.tmpdir("md-vllm-serve-")
-    if len(sys.argv) == 3 and sys.argv[1] == "--keep":
-        work = sys.argv[2]
-        os.makedirs(work, exist_ok=True)
+    work = harness.workdir("md-vllm-serve-")
     harness.exit_on_sigterm()
     import openai
     trace = os.path.join(work, "trace.jsonl")
