@@ -38,7 +38,7 @@ import json
 import os
 import time
 
-from . import fields, settings
+from . import fields, regions, settings
 
 EVENTS_ATTR = "memdecay_sessions"
 HIT_ATTR = "_memdecay_session"
@@ -47,13 +47,13 @@ EVICTED_FLAG = "_memdecay_evicted"       # scheduler.py's: no prefix caching fro
 
 def _budget(request, s):
     args = getattr(request.sampling_params, "extra_args", None) or {}
-    b = args.get("memdecay_budget_tokens", s.budget_tokens)
+    b = args.get(regions.BUDGET_KEY, s.budget_tokens)
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
 
 
 def _policy(request, s):
     args = getattr(request.sampling_params, "extra_args", None) or {}
-    return args.get("memdecay_policy", s.policy)
+    return args.get(regions.POLICY_KEY, s.policy)
 
 
 def _session_id(request):
