@@ -3,9 +3,13 @@
 vLLM loads this package's `register` through the `vllm.general_plugins` entry
 point in each of its processes: the API server, the engine core and the
 workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
-`register` installs the plugin's hooks; otherwise vLLM runs unchanged.
+`register` installs the plugin's hooks (hooks.py); on any other version, or
+when a wrapped method's signature differs, vLLM refuses to start and says
+which.  Without MEMDECAY_VLLM=1 vLLM runs unchanged.
 
     pieces            process       what
+    hooks.py          all           the table of every wrapped vLLM method, checked and
+                                    installed (vLLM refuses to start when it does not hold)
     api.py            API server    regions from the chat messages, per-request fields
     worker.py         worker        the worker's hooks, joining the parts below
     attach.py         worker        the attachment to memdecayd, liveness, reattach
@@ -14,37 +18,33 @@ workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
     reduce.py         worker        token masses to page masses and refresh bits
     commands.py       worker        a step published, memdecayd's commands applied
     holes.py          worker        attention over the kept blocks only
-    scheduler.py      engine core   evicted blocks back to vLLM's pool
-    sessions.py       engine core   a finished request's blocks kept for its next turn
+    scheduler.py      engine core   evicted blocks back to vLLM's pool; the session wrappers
+    sessions.py       engine core   the session store: a finished request's blocks kept
+                                    for its next turn
+    metrics.py        engine core,  the sessions' series on vLLM's /metrics
+                      API server
+    log.py            all           the one logger and its rate-limited warning
     fields.py         API server    the request fields checked, a 400 naming the bad one
     offline.py        yours         the same for the offline LLM API
 """
 from . import settings
 
-SUPPORTED_VLLM = ("0.32.0",)
-
 _installed = False
 
 
-def _logger():
-    from vllm.logger import init_logger
-    return init_logger("vllm.memdecay")
-
-
 def register():
+    """vLLM's general-plugin entry point, called in each of its processes.  Off
+    unless MEMDECAY_VLLM=1.  On, it installs every hook of hooks.HOOKS or
+    raises (vLLM then does not start), naming the variable, the vLLM version or
+    the method that stops it."""
     global _installed
     if _installed or not settings.get().enabled:
         return
     import vllm
-    if vllm.__version__ not in SUPPORTED_VLLM:
-        _logger().warning("memdecay_vllm: vLLM %s is not one it was checked against (%s); "
-                          "MemDecay is off and vLLM runs unchanged", vllm.__version__,
-                          ", ".join(SUPPORTED_VLLM))
-        return
-    from . import api, scheduler, sessions, worker
-    scheduler.install()
-    sessions.install()
-    worker.install()
-    api.install()
+
+    from . import hooks, log, metrics
+    n = hooks.install(vllm.__version__)
+    metrics.setup_dir()
+    metrics.register_collector()
     _installed = True
-    _logger().info("memdecay_vllm: MemDecay hooks installed in vLLM %s", vllm.__version__)
+    log.logger().info("memdecay_vllm: %d hooks installed in vLLM %s", n, vllm.__version__)

@@ -16,7 +16,7 @@ the offline LLM), where it is refused as vLLM refuses its own bad parameters.
 docs/vllm.md "Bad requests"."""
 import functools
 
-from . import fields, regions
+from . import fields, log, regions
 
 _warned = set()
 
@@ -25,8 +25,7 @@ def _warn_once(key, msg, *args):
     if key in _warned:
         return
     _warned.add(key)
-    from vllm.logger import init_logger
-    init_logger("vllm.memdecay").warning(msg, *args)
+    log.logger().warning(msg, *args)
 
 
 def _template_kwargs(request):
@@ -74,32 +73,27 @@ def _refusal(serving, e):
     return serving.create_error_response(str(e), param=e.field)
 
 
-def install():
-    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
-    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+# ---- the wrappers (hooks.py's table names the methods and their signatures) ----
+
+def wrap_render_chat_request(orig):
     from vllm.entrypoints.serve.engine.protocol import ErrorResponse
-    from vllm.exceptions import VLLMValidationError
-    from vllm.v1.engine.input_processor import InputProcessor
 
-    orig_chat = OpenAIServingChat.render_chat_request
-    if getattr(orig_chat, "_memdecay", False):
-        return
-    orig_cmpl = OpenAIServingCompletion.render_completion_request
-    orig_process = InputProcessor.process_inputs
-
-    @functools.wraps(orig_chat)
     async def render_chat_request(self, request):
-        result = await orig_chat(self, request)
+        result = await orig(self, request)
         if not isinstance(result, ErrorResponse):
             try:
                 annotate(self, request, result[1])
             except fields.FieldError as e:
                 return _refusal(self, e)
         return result
+    return render_chat_request
 
-    @functools.wraps(orig_cmpl)
+
+def wrap_render_completion_request(orig):
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
     async def render_completion_request(self, request):
-        result = await orig_cmpl(self, request)
+        result = await orig(self, request)
         if not isinstance(result, ErrorResponse):
             try:
                 fields.check_session_id(getattr(request, "session_id", None))
@@ -108,28 +102,23 @@ def install():
             except fields.FieldError as e:
                 return _refusal(self, e)
         return result
+    return render_completion_request
 
-    @functools.wraps(orig_process)
+
+def wrap_process_inputs(orig):
+    from vllm.exceptions import VLLMValidationError
+
     def process_inputs(self, request_id, prompt, params, *args, **kwargs):
         extra = getattr(params, "extra_args", None)
         if extra and any(isinstance(k, str) and k.startswith(fields.PREFIX) for k in extra):
             ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
-            if ids is None:
-                # a text prompt: rendered inside process_inputs, after this check
-                n = None
-            else:
-                n = len(ids)
             try:
-                if n is None and extra.get(regions.REGIONS_KEY) is not None:
+                if ids is None and extra.get(regions.REGIONS_KEY) is not None:
+                    # a text prompt: rendered inside process_inputs, after this check
                     raise fields.FieldError(regions.REGIONS_KEY, "%s needs a prompt of token "
                                             "ids" % regions.REGIONS_KEY)
-                fields.check(extra, n or 0)
+                fields.check(extra, len(ids) if ids is not None else 0)
             except fields.FieldError as e:
                 raise VLLMValidationError(str(e), parameter=e.field) from None
-        return orig_process(self, request_id, prompt, params, *args, **kwargs)
-
-    for f in (render_chat_request, render_completion_request, process_inputs):
-        f._memdecay = True
-    OpenAIServingChat.render_chat_request = render_chat_request
-    OpenAIServingCompletion.render_completion_request = render_completion_request
-    InputProcessor.process_inputs = process_inputs
+        return orig(self, request_id, prompt, params, *args, **kwargs)
+    return process_inputs

@@ -16,12 +16,8 @@ import time
 
 import memdecay
 
-PAGE_TOKENS = memdecay.PAGE_TOKENS_MAX
-
-
-def _log():
-    from vllm.logger import init_logger
-    return init_logger("vllm.memdecay")
+from .log import logger as _log
+from .mirror import PAGE_TOKENS
 
 
 class Attachment:

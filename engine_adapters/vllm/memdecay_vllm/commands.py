@@ -18,6 +18,7 @@ import time
 import memdecay
 
 from . import reduce
+from .holes import zero_in_worker
 from .mirror import PAGE_TOKENS, pinned
 
 
@@ -146,16 +147,7 @@ class Commands:
         r.holes.add(b)
         self.counters["evicted_blocks"] += 1
         self.counters["sibling_pages"] += siblings
-        rn = self.runner
-        st = rn.requests.get(r.id)
-        if st is not None:
-            for g in st.block_ids:
-                if b < len(g):
-                    g[b] = 0
-        row = rn.input_batch.req_id_to_index.get(r.id)
-        if row is not None:
-            for t in rn.input_batch.block_table.block_tables:
-                t.block_table.np[row, b] = 0
+        zero_in_worker(self.runner, r.id, (b,))
         if self.trace:
             self.trace.write(json.dumps({"pid": os.getpid(), "evict": r.id, "block": b,
                                          "regions": sorted(set(regs)), "engine": self.name,

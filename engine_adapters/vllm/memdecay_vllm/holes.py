@@ -41,3 +41,46 @@ def compact(cm, holes_by_row, block_size):
                               seq_lens_cpu_upper_bound=upper)
     return cm2, kept
 
+
+
+def null_blocks(cm, block_size):
+    """{row: sorted block indices} of the null blocks (id 0) within each row's
+    seq_len in the batch's block table: the holes, whoever made them (an
+    eviction this worker applied, or an adopted session's).  {} for a batch
+    without any, found with one vectorised test."""
+    n_rows = cm.num_reqs
+    if not n_rows:
+        return {}
+    seq = cm.seq_lens[:n_rows].to("cpu")
+    n_blocks = (seq + block_size - 1) // block_size
+    width = int(n_blocks.max())
+    if width <= 0:
+        return {}
+    bt = cm.block_table_tensor[:n_rows, :width].to("cpu")
+    idx = torch.arange(width).unsqueeze(0)
+    mask = (bt == 0) & (idx < n_blocks.unsqueeze(1))
+    if not bool(mask.any()):
+        return {}
+    out = {}
+    for r, b in torch.nonzero(mask).tolist():
+        out.setdefault(r, []).append(b)
+    return out
+
+
+def zero_in_worker(runner, req_id, blocks):
+    """Writes the null block into the worker's own records of request req_id at
+    the given block indices (its CachedRequestState and the input batch's block
+    table), so that the next step's block table shows the holes."""
+    if not blocks:
+        return
+    st = runner.requests.get(req_id)
+    if st is not None:
+        for g in st.block_ids:
+            for b in blocks:
+                if b < len(g):
+                    g[b] = 0
+    row = runner.input_batch.req_id_to_index.get(req_id)
+    if row is not None:
+        for t in runner.input_batch.block_table.block_tables:
+            for b in blocks:
+                t.block_table.np[row, b] = 0

@@ -1,32 +1,57 @@
-"""Engine core: memdecayd's evictions become free blocks in vLLM's pool.
+"""Engine core: the wrappers around vLLM's scheduler and KV cache manager.
 
-The worker decides nothing either: it relays the daemon's commands as
+Evicted blocks.  The worker decides nothing: it relays memdecayd's commands as
 (request id, block index) pairs on the step's ModelRunnerOutput
 (`memdecay_evicted`).  Before vLLM's own update_from_output runs, each such
-block of a still-running request is replaced by vLLM's null block in the
-request's block list and freed to the pool, the way vLLM itself drops the
-middle of a sliding window: through that very method,
-SingleTypeKVCacheManager._remove_blocks_in_range.
-The request's block count, and with it vLLM's token arithmetic, stay as they
-were; only the memory goes back.
+block is replaced by vLLM's null block in the request's block list and freed
+to the pool, through vLLM's own SingleTypeKVCacheManager._remove_blocks_in_range
+(the way vLLM drops the middle of a sliding window).  A pair whose request has
+finished goes to its retained session (sessions.py); one whose session was
+adopted since goes to the adopter.
 
-Prefix caching: a block computed after a request's first eviction holds keys
-and values of a context with holes, so from then on none of the request's
-blocks is entered in the prefix cache.  Blocks cached before stay valid, the
-evicted ones included (their contents are what the prefix computes)."""
-import functools
+Prefix caching.  A block computed over a hole holds keys and values of a
+context with holes, so it must never be hashed.  cache_blocks reads the
+request's own block list: a request with a null block in it (or flagged by an
+adoption of a session that had holes) caches nothing from then on.  The
+decision is made where the hole is, in the same step.
+
+Sessions.  The wrappers here call sessions.Store; adoption goes through vLLM's
+own path: the session's blocks are returned by get_computed_blocks as an
+ordinary hit, and vLLM's allocate_slots takes its references (only without
+prefix caching, when vLLM refuses a hit of blocks, are they moved into the
+request's block list by hand).
+
+Fail-open.  Each wrapper's own work runs under a guard: a fault is counted
+and logged (log.failed) and vLLM's method runs as it would without the
+plugin, with what it was given.  hooks.py installs these wrappers."""
 import json
 import os
 import time
 
-from . import settings
+from . import log, settings
+from . import metrics
+from .sessions import EVENTS_ATTR, EVICTED_FLAG, HIT_ATTR, extends, store_of
 
 EVICTED_ATTR = "memdecay_evicted"
-_FLAG = "_memdecay_evicted"
 
 
-def _managers(scheduler):
-    return scheduler.kv_cache_manager.coordinator.single_type_managers
+def fault(point):
+    """Raises where a test asked for it (MEMDECAY_VLLM_TEST_FAULT)."""
+    if point in settings.get().test_faults:
+        raise RuntimeError("memdecay_vllm: injected fault in %s (MEMDECAY_VLLM_TEST_FAULT)"
+                           % point)
+
+
+def _managers(kv_cache_manager):
+    return kv_cache_manager.coordinator.single_type_managers
+
+
+def _block_size(kv_cache_manager):
+    return _managers(kv_cache_manager)[0].block_size
+
+
+def has_hole(blocks):
+    return any(b.is_null for b in blocks)
 
 
 def free_evicted(scheduler, evicted):
@@ -37,11 +62,16 @@ def free_evicted(scheduler, evicted):
     for req_id, idx in evicted:
         req = by_id.get(req_id)
         if req is None or req.is_finished():
-            if store is not None:       # a retained session's block (sessions.py)
-                n += store.apply_evicted(req_id, idx)
-            continue
-        setattr(req, _FLAG, True)
-        for mgr in _managers(scheduler):
+            if store is None:
+                continue
+            freed, adopter = store.apply_evicted(req_id, idx)     # a retained session's
+            n += freed
+            req = by_id.get(adopter) if adopter is not None else None
+            if req is None or req.is_finished():
+                continue
+            req_id = adopter            # the pair came after the adoption: the adopter's block
+        setattr(req, EVICTED_FLAG, True)
+        for mgr in _managers(scheduler.kv_cache_manager):
             blocks = mgr.req_to_blocks.get(req_id)
             if blocks is None or not 0 <= idx < len(blocks) - 1:
                 continue            # the block being written is never freed
@@ -55,7 +85,7 @@ def free_evicted(scheduler, evicted):
 def held_blocks(scheduler, req_id):
     """(blocks held, holes) of a request in vLLM's own block lists."""
     held = holes = 0
-    for mgr in _managers(scheduler):
+    for mgr in _managers(scheduler.kv_cache_manager):
         for b in mgr.req_to_blocks.get(req_id, ()):
             if b.is_null:
                 holes += 1
@@ -64,8 +94,10 @@ def held_blocks(scheduler, req_id):
     return held, holes
 
 
-class _Trace:
-    """One JSON line per running request and step: vLLM's block accounting."""
+class Trace:
+    """MEMDECAY_VLLM_TRACE: JSON lines of vLLM's block accounting (one per running
+    request and step) and of the session events.  The path was checked at start-up
+    (settings.py)."""
 
     def __init__(self, path):
         self.f = open(path, "a", buffering=1)
@@ -81,56 +113,226 @@ class _Trace:
                                      "tokens": req.num_computed_tokens, "freed": freed,
                                      "pool_free": pool.get_num_free_blocks()}) + "\n")
 
-
-_failures = {"n": 0}
-
-
-def _failed(err):
-    _failures["n"] += 1
-    n = _failures["n"]
-    if n & (n - 1) == 0:            # the 1st, 2nd, 4th, 8th ... time: the log stays short
-        from vllm.logger import init_logger
-        init_logger("vllm.memdecay").warning(
-            "memdecay_vllm: returning evicted blocks to vLLM's pool failed (%d times so far; "
-            "they are freed with their requests): %s: %s", n, type(err).__name__, err)
+    def sessions(self, st, ev):
+        self.f.write(json.dumps({"pid": os.getpid(), "t": time.time(), "sessions": ev,
+                                 "retained_blocks": st.held_blocks(),
+                                 "counters": st.counters}) + "\n")
 
 
-def install():
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.core.single_type_kv_cache_manager import SingleTypeKVCacheManager
+_trace = {}
 
-    if getattr(Scheduler.update_from_output, "_memdecay", False):
-        return
-    orig_update = Scheduler.update_from_output
-    orig_cache = SingleTypeKVCacheManager.cache_blocks
-    trace_path = settings.get().trace
 
-    faults = settings.get().test_faults
+def trace_of():
+    """The process's trace (None without MEMDECAY_VLLM_TRACE)."""
+    path = settings.get().trace
+    if not path:
+        return None
+    if path not in _trace:
+        _trace[path] = Trace(path)
+    return _trace[path]
 
-    @functools.wraps(orig_update)
+
+# ---- the wrappers (hooks.py's table names the methods and their signatures) ----
+
+def wrap_update_from_output(orig):
     def update_from_output(self, scheduler_output, model_runner_output):
         try:
-            if "scheduler" in faults:
-                raise RuntimeError("memdecay_vllm: injected fault in scheduler "
-                                   "(MEMDECAY_VLLM_TEST_FAULT)")
+            fault("scheduler")
             evicted = getattr(model_runner_output, EVICTED_ATTR, None)
             freed = free_evicted(self, evicted) if evicted else 0
-            if trace_path:
-                if not hasattr(self, "_memdecay_trace"):
-                    self._memdecay_trace = _Trace(trace_path)
-                self._memdecay_trace.write(self, freed)
+            tr = trace_of()
+            if tr is not None:
+                tr.write(self, freed)
         except Exception as e:
             # the worker already reads these blocks as holes; vLLM frees them with
-            # their request.  Counted and logged, never raised into the engine core.
-            _failed(e)
-        return orig_update(self, scheduler_output, model_runner_output)
+            # their request
+            log.failed("returning evicted blocks to vLLM's pool", e)
+        return orig(self, scheduler_output, model_runner_output)
+    return update_from_output
 
-    @functools.wraps(orig_cache)
+
+def wrap_cache_blocks(orig):
     def cache_blocks(self, request, *args, **kwargs):
-        if getattr(request, _FLAG, False):
+        try:
+            fault("cache")
+            if getattr(request, EVICTED_FLAG, False):
+                return None
+            blocks = self.req_to_blocks.get(request.request_id)
+            if blocks and has_hole(blocks):
+                setattr(request, EVICTED_FLAG, True)
+                return None
+        except Exception as e:
+            # not caching is always correct; caching a block over a hole never is
+            log.failed("the prefix-cache guard", e)
             return None
-        return orig_cache(self, request, *args, **kwargs)
+        return orig(self, request, *args, **kwargs)
+    return cache_blocks
 
-    update_from_output._memdecay = True
-    Scheduler.update_from_output = update_from_output
-    SingleTypeKVCacheManager.cache_blocks = cache_blocks
+
+def wrap_free_blocks(orig):
+    def _free_blocks(self, request):
+        mgr = self.kv_cache_manager
+        try:
+            if settings.get().sessions:
+                store_of(mgr).retain(request, _managers(mgr), self.block_size, fault)
+        except Exception as e:
+            # retain freed whatever it had taken; vLLM frees the rest as usual
+            log.failed("retaining request %s" % request.request_id, e)
+        return orig(self, request)
+    return _free_blocks
+
+
+def wrap_schedule(orig):
+    def schedule(self, *args, **kwargs):
+        st = store_of(self.kv_cache_manager)
+        try:
+            fault("expire")
+            st.expire()
+        except Exception as e:
+            log.failed("expiring sessions", e)
+        out = orig(self, *args, **kwargs)
+        try:
+            ev = st.take_events()
+            if ev is not None:
+                setattr(out, EVENTS_ATTR, ev)
+                tr = trace_of()
+                if tr is not None:
+                    tr.sessions(st, ev)
+            metrics.publish(st)
+        except Exception as e:
+            log.failed("the step's session events", e)
+        return out
+    return schedule
+
+
+def wrap_get_computed_blocks(orig):
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+
+    def get_computed_blocks(self, request):
+        found = orig(self, request)
+        try:
+            fault("match")
+            if not settings.get().sessions:
+                return found
+            blocks, n_hit, boundary = found
+            bs = _block_size(self)
+            st = store_of(self)
+            x, n = st.match(request, bs)
+            if x is not None and n >= n_hit:
+                # a KVCacheBlocks of its own: vLLM shares one empty instance
+                if self.enable_caching:
+                    hit = KVCacheBlocks(st.hit_blocks(x, n, bs))
+                    setattr(hit, HIT_ATTR, (x, n, "hit"))
+                else:
+                    hit = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
+                    setattr(hit, HIT_ATTR, (x, n, "install"))
+                return hit, n, 0
+            if x is not None and extends(x, blocks, n, bs):
+                # vLLM's prefix cache holds the session's own blocks and more (another
+                # request computed the same history since): the request takes vLLM's
+                # longer hit and still goes on with the session's daemon sequence
+                setattr(blocks, HIT_ATTR, (x, n, "extend"))
+        except Exception as e:
+            log.failed("matching request %s to a session" % request.request_id, e)
+        return found
+    return get_computed_blocks
+
+
+def wrap_allocate_slots(orig):
+    def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
+                       new_computed_blocks=None, *args, **kwargs):
+        hit = getattr(new_computed_blocks, HIT_ATTR, None) if new_computed_blocks else None
+        if hit is None:
+            out = orig(self, request, num_new_tokens, num_new_computed_tokens,
+                       new_computed_blocks, *args, **kwargs)
+            if out is None:
+                out = _retry_releasing(self, orig, None, request, num_new_tokens,
+                                       num_new_computed_tokens, new_computed_blocks, args, kwargs)
+            return out
+        x, n, how = hit
+        st = store_of(self)
+        mgrs = None
+        try:
+            fault("adopt")
+            mgrs = _managers(self)
+            bs = _block_size(self)
+            if st.sessions.get(x.key) is not x:
+                if how == "extend":         # vLLM's hit stands without the session
+                    x = None
+                else:
+                    # released since the match with n tokens counted as computed: the
+                    # request waits a step, and its next lookup finds no session
+                    return None
+            elif how == "install":
+                st.install(request, x, n, mgrs, bs)
+                new_computed_blocks = self.empty_kv_cache_blocks
+            if x is not None and how != "extend" and (x.evicted or x.holes()):
+                setattr(request, EVICTED_FLAG, True)    # before vLLM caches anything of it
+        except Exception as e:
+            log.failed("adopting a session for request %s" % request.request_id, e)
+            return _adopt_failed(st, x, request, mgrs, how)
+        out = orig(self, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                   *args, **kwargs)
+        if out is None:
+            out = _retry_releasing(self, orig, x, request, num_new_tokens,
+                                   num_new_computed_tokens, new_computed_blocks, args, kwargs)
+        if x is None:
+            return out
+        try:
+            if out is None:
+                return _adopt_failed(st, x, request, mgrs, how)
+            st.consume(request, x, n, bs, moved=(how == "install"))
+        except Exception as e:
+            log.failed("adopting a session for request %s" % request.request_id, e)
+        return out
+    return allocate_slots
+
+
+def _retry_releasing(kv, orig, keep, request, *rest):
+    """An allocation failed: retained sessions (but `keep`) are released, least
+    recently used first, and it is tried again, before vLLM preempts or stops
+    admitting.  None when nothing was left to release."""
+    num_new_tokens, num_new_computed_tokens, new_computed_blocks, args, kwargs = rest
+    try:
+        st = store_of(kv)
+    except Exception as e:
+        log.failed("releasing sessions under pressure", e)
+        return None
+    out = None
+    while out is None:
+        try:
+            if not st.release_lru("pressure", keep=keep):
+                return None
+        except Exception as e:
+            log.failed("releasing sessions under pressure", e)
+            return None
+        out = orig(kv, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                   *args, **kwargs)
+    return out
+
+
+def _adopt_failed(st, x, request, mgrs, how):
+    """The adopter was not allocated: its session is given back (released) so
+    that its next lookup prefills in full; nothing is left installed."""
+    try:
+        if how == "install" and mgrs is not None:
+            st.rollback(request, mgrs)
+        if getattr(request, EVICTED_FLAG, False) and not request.num_computed_tokens:
+            setattr(request, EVICTED_FLAG, False)
+        if x is not None and how != "extend":
+            st.give_back(x)
+    except Exception as e:
+        log.failed("giving a session back", e)
+    return None
+
+
+def wrap_reset_prefix_cache(orig):
+    def reset_prefix_cache(self, *args, **kwargs):
+        try:
+            st = store_of(self)
+            for key in list(st.sessions):
+                st.release(key, "reset")
+        except Exception as e:
+            log.failed("releasing sessions for a prefix-cache reset", e)
+        return orig(self, *args, **kwargs)
+    return reset_prefix_cache

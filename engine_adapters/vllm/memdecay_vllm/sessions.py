@@ -1,72 +1,79 @@
-"""Engine core: an agent's session keeps its bounded KV cache across turns.
+"""Engine core: the session store, an agent's bounded KV cache kept between turns.
 
-A request under a MemDecay budget that finishes keeps its KV blocks, holes
-included (retained).  The next request of the same session whose prompt
-starts with the retained tokens adopts them: its first N tokens count as
-computed (N: the common token prefix, rounded down to a block, at most its
-length - 1), the kept blocks go into its block list as they are (holes stay
-the null block), and only the new suffix is prefilled.  The worker carries the
-sequence on in memdecayd under the new request (worker.py): its pages, clock,
-turn counter and refresh state go on.  docs/vllm.md "Sessions".
+This module is the store alone: which finished request is retained, which new
+request may adopt which session, and the block accounting of both.  It calls
+nothing of vLLM but the block pool's free_blocks and the block lists it is
+handed; the wrappers that call it from vLLM's scheduler are scheduler.py's.
+docs/vllm.md "Sessions" is the contract; the rules in short:
 
-Who may adopt what: a session retained with an id (vLLM's session_id: the
-request body's, X-Session-ID, or vllm_xargs.session_id) only by a request
-with that id; one without, only by a request without one, unless the operator
-requires ids (MEMDECAY_VLLM_SESSION_IDS=require).  Always the same cache_salt
-and LoRA adapter, and the identical token prefix: nothing is shared that
-vLLM's prefix cache would not share.
+  retained  a request under a MemDecay budget that finishes (stopped, length
+            capped, or aborted: vLLM's front end ends a stop-string turn by
+            aborting it) keeps its whole blocks, holes included;
+  adopted   the next request of the session whose prompt starts with the
+            retained tokens takes them: the common token prefix, rounded down
+            to a block, at most its length - 1.  A request without a session
+            id adopts only a match that covers the retained request's whole
+            prompt (its full blocks): a shorter match, say a shared system
+            prompt, is served by vLLM's prefix cache as any request's would be,
+            and leaves the session alone;
+  tenancy   the same session id (or none on both sides), cache_salt, LoRA
+            adapter (vLLM's prefix hash keys it by name and path) and policy;
+  replaced  a newer retention replaces an older session of the same tenancy
+            only when its tokens cover the older one's prompt (it is the same
+            conversation, one turn on); a same-id request with other tokens
+            leaves the older session to its TTL;
+  bounds    MEMDECAY_VLLM_SESSION_SHARE of the pool (least recently used
+            first), MEMDECAY_VLLM_SESSION_TTL_S idle (a match refreshes it), and
+            an adopter whose allocation fails gives its session back.
 
-Bounds: retained blocks take at most MEMDECAY_VLLM_SESSION_SHARE of the pool
-(the least recently used go first), a session idle past
-MEMDECAY_VLLM_SESSION_TTL_S is released at the next scheduler step, and when
-an allocation fails, retained sessions are released, least recently used
-first, before vLLM preempts a running request or stops admitting.
-
-vLLM 0.32.0 seams wrapped (install):
-  Scheduler._free_blocks             a finished request's blocks -> a session
-  KVCacheManager.get_computed_blocks a session hit beats a shorter prefix hit; a
-                                     longer one holding the session's blocks
-                                     carries the session on
-  KVCacheManager.allocate_slots      adoption; releases under pressure
-  KVCacheManager.reset_prefix_cache  releases every session first
-  Scheduler.schedule                 TTL, and the step's session events for
-                                     the worker (SchedulerOutput.memdecay_sessions)"""
+Blocks: a session holds one reference to each of its non-null blocks, taken
+over from the finished request (pop_blocks_for_free).  Every path that ends a
+session frees exactly those references once (`_free`)."""
 import collections
-import functools
 import itertools
-import json
-import os
 import time
 
 from . import fields, regions, settings
 
-EVENTS_ATTR = "memdecay_sessions"
-HIT_ATTR = "_memdecay_session"
-EVICTED_FLAG = "_memdecay_evicted"       # scheduler.py's: no prefix caching from then on
+EVENTS_ATTR = "memdecay_sessions"       # on SchedulerOutput: this step's events
+HIT_ATTR = "_memdecay_session"          # on a KVCacheBlocks hit: (session, tokens, how)
+EVICTED_FLAG = "_memdecay_evicted"      # on a Request: its new blocks never enter the prefix cache
+
+RETAINED_STATUSES = ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_ABORTED")
+RELEASE_REASONS = ("pressure", "cap", "expired", "reset", "stale", "adopt_failed", "replaced")
+ADOPTED_MEMORY = 4096                   # adopted keys remembered for late eviction pairs
 
 
-def _budget(request, s):
+def request_budget(request, s):
     args = getattr(request.sampling_params, "extra_args", None) or {}
     b = args.get(regions.BUDGET_KEY, s.budget_tokens)
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
 
 
-def _policy(request, s):
+def request_policy(request, s):
     args = getattr(request.sampling_params, "extra_args", None) or {}
     return args.get(regions.POLICY_KEY, s.policy)
 
 
-def _session_id(request):
+def session_id(request):
     sid = getattr(request, "session_id", None)
     return sid if isinstance(sid, str) and 0 < len(sid) <= fields.ID_MAX else None
 
 
-def _lora(request):
+def lora_key(request):
+    """The LoRA adapter as vLLM's prefix hash keys it (name and path)."""
     lr = getattr(request, "lora_request", None)
-    return getattr(lr, "lora_int_id", None)
+    if lr is None:
+        return None
+    return (getattr(lr, "lora_name", None), getattr(lr, "lora_path", None))
 
 
-def _plain(request):
+def tenancy(request, s):
+    return (session_id(request), getattr(request, "cache_salt", None), lora_key(request),
+            request_policy(request, s))
+
+
+def plain(request):
     """Token ids only: no prompt logprobs (they need every position computed), no
     multimodal inputs, no prompt embeddings."""
     return not (getattr(request, "skip_reading_prefix_cache", False)
@@ -97,22 +104,27 @@ def extends(x, hit, n_tokens, bs):
 
 
 class Session:
-    __slots__ = ("key", "session_id", "salt", "lora", "policy", "tokens", "blocks", "evicted",
-                 "budget", "turns", "last_used", "held")
+    __slots__ = ("key", "tenancy", "tokens", "cover", "blocks", "evicted", "budget", "turns",
+                 "last_used", "held")
 
-    def __init__(self, key, request, tokens, blocks, evicted, budget, turns, policy):
+    def __init__(self, key, tenancy, tokens, cover, blocks, evicted, budget, turns):
         self.key = key                    # the request id it was retained under
-        self.session_id = _session_id(request)
-        self.policy = policy              # its holes are this policy's choice
-        self.salt = getattr(request, "cache_salt", None)
-        self.lora = _lora(request)
+        self.tenancy = tenancy            # (session id, cache_salt, LoRA, policy)
         self.tokens = tokens              # the tokens the kept blocks hold, block-aligned
+        self.cover = cover                # tokens an id-less adopter must match: the prompt's
         self.blocks = blocks              # per KV cache group: the kept blocks (nulls = holes)
         self.evicted = evicted
         self.budget = budget
         self.turns = turns
         self.last_used = time.monotonic()
         self.held = sum(1 for g in blocks for b in g if not b.is_null)
+
+    @property
+    def session_id(self):
+        return self.tenancy[0]
+
+    def holes(self):
+        return [i for i, b in enumerate(self.blocks[0]) if b.is_null] if self.blocks else []
 
 
 class Store:
@@ -123,10 +135,11 @@ class Store:
         self.manager = manager
         self.sessions = collections.OrderedDict()
         self.turns = {}                   # request id of an adopter -> its session's turns
+        self.adopted = collections.OrderedDict()   # adopted session key -> adopter request id
         self.events = {"retained": [], "adopted": {}, "released": []}
-        self.counters = {"retained": 0, "adopted": 0, "adopted_tokens": 0,
-                         "released_pressure": 0, "expired": 0, "refused": 0,
-                         "released_cap": 0, "released_reset": 0, "released_stale": 0}
+        self.counters = {"retained": 0, "adopted": 0, "adopted_tokens": 0, "refused": 0,
+                         "late_evictions": 0}
+        self.counters.update(("released_" + r, 0) for r in RELEASE_REASONS)
 
     # ---- bookkeeping ----
     def _pool(self):
@@ -138,9 +151,9 @@ class Store:
     def cap_blocks(self):
         return int(self.s.session_share * (self._pool().num_gpu_blocks - 1))
 
-    def _free(self, blocks):
+    def _free(self, groups):
         pool = self._pool()
-        for g in blocks:
+        for g in groups:
             if g:
                 pool.free_blocks(reversed(g))
 
@@ -150,7 +163,7 @@ class Store:
             return False
         self._free(x.blocks)
         self.events["released"].append(key)
-        self.counters["released_" + why if why != "expired" else "expired"] += 1
+        self.counters["released_" + why] += 1
         return True
 
     def release_lru(self, why, keep=None):
@@ -175,73 +188,104 @@ class Store:
         return ev
 
     # ---- a finished request becomes a session ----
-    def retain(self, request, managers, bs):
-        """Moves a finished request's blocks into a session; False when it is
-        not one to keep (the caller then frees it as vLLM would)."""
-        budget = _budget(request, self.s)
+    def retain(self, request, managers, bs, fault=None):
+        """Moves a finished request's blocks into a session.  False: not one to
+        keep, nothing taken (the caller frees it as vLLM would).  True: its
+        blocks are the store's (kept, or freed here).  Whatever raises after
+        the blocks were taken frees them before it propagates."""
+        budget = request_budget(request, self.s)
         turns = self.turns.pop(request.request_id, 0) + 1
-        if (not budget or request.status.name not in ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED")
-                or not _plain(request)):
+        if (not budget or request.status.name not in RETAINED_STATUSES
+                or not plain(request)):
             return False
-        if self.s.session_ids == "require" and _session_id(request) is None:
+        ten = tenancy(request, self.s)
+        if self.s.session_ids == "require" and ten[0] is None:
             return False
         n_keep = request.num_computed_tokens // bs
         if n_keep < 1:
             return False
+        tokens = list(itertools.islice(request.all_token_ids, n_keep * bs))
+        cover = min((max(request.num_prompt_tokens - 1, 0) // bs) * bs, n_keep * bs)
+        evicted = bool(getattr(request, EVICTED_FLAG, False))
         popped = [mgr.pop_blocks_for_free(request.request_id) for mgr in managers]
-        kept = [list(g[:n_keep]) for g in popped]
-        self._free([g[n_keep:] for g in popped])          # a partial last block is not kept
-        if any(len(g) < n_keep for g in kept):
-            self._free(kept)
-            return True                                     # freed, nothing retained
-        x = Session(request.request_id, request,
-                    list(itertools.islice(request.all_token_ids, n_keep * bs)), kept,
-                    getattr(request, EVICTED_FLAG, False) or any(b.is_null for g in kept for b in g),
-                    budget, turns, _policy(request, self.s))
-        cap = self.cap_blocks()
-        if x.held > cap:
-            self._free(kept)
-            self.counters["refused"] += 1
-            return True
-        while self.held_blocks() + x.held > cap and self.release_lru("cap"):
-            pass
-        # one session per id (and tenant): a newer turn's retention replaces an unadopted
-        # older one
-        if x.session_id is not None:
-            for key in [k for k, o in self.sessions.items()
-                        if (o.session_id, o.salt, o.lora) == (x.session_id, x.salt, x.lora)]:
+        owned = popped                  # what this call frees should anything below raise
+        try:
+            if fault:
+                fault("retain")
+            kept = [list(g[:n_keep]) for g in popped]
+            owned = kept
+            self._free([g[n_keep:] for g in popped])        # a partial last block is not kept
+            if any(len(g) < n_keep for g in kept):
+                owned = None
+                self._free(kept)
+                return True                                  # freed, nothing retained
+            x = Session(request.request_id, ten, tokens, cover, kept,
+                        evicted or any(b.is_null for g in kept for b in g), budget, turns)
+            cap = self.cap_blocks()
+            if x.held > cap:
+                owned = None
+                self._free(kept)
+                self.counters["refused"] += 1
+                return True
+            while self.held_blocks() + x.held > cap and self.release_lru("cap"):
+                pass
+            for key in [k for k, o in self.sessions.items() if self._replaces(x, o)]:
                 self.release(key, "stale")
-        self.sessions[x.key] = x
+            # the same request id retained twice: the older one goes
+            self.release(x.key, "replaced")
+            owned = None                                     # the session's from here
+            self.sessions[x.key] = x
+        finally:
+            if owned is not None:
+                self._free(owned)
         self.events["retained"].append(x.key)
         self.counters["retained"] += 1
         return True
 
+    @staticmethod
+    def _replaces(x, o):
+        """A newer session x replaces o: the same tenancy, and x's tokens cover
+        o's prompt (the same conversation, a turn on)."""
+        return (o.tenancy == x.tenancy and o.cover > 0
+                and common_prefix(o.tokens, x.tokens, 16) >= o.cover)
+
     # ---- a new request adopts one ----
     def match(self, request, bs):
-        """(session, N) of the best session request may adopt, or (None, 0)."""
-        if not self.sessions or not _plain(request) or not _budget(request, self.s):
+        """(session, N) of the best session request may adopt, or (None, 0).  A
+        match refreshes the session's TTL."""
+        if not self.sessions or not plain(request) or not request_budget(request, self.s):
             return None, 0          # a request without a budget is served as vLLM serves it
-        sid = _session_id(request)
-        if sid is None and self.s.session_ids == "require":
+        ten = tenancy(request, self.s)
+        if ten[0] is None and self.s.session_ids == "require":
             return None, 0
-        salt, lora = getattr(request, "cache_salt", None), _lora(request)
-        policy = _policy(request, self.s)
-        prompt = request.all_token_ids
+        prompt = None
         limit = request.num_tokens - 1
         best, best_n = None, 0
         for x in self.sessions.values():
-            if x.session_id != sid or x.salt != salt or x.lora != lora or x.policy != policy:
+            if x.tenancy != ten:
                 continue
-            if x.tokens[:bs] != list(itertools.islice(prompt, bs)):
+            if prompt is None:
+                prompt = list(request.all_token_ids)
+            if x.tokens[:bs] != prompt[:bs]:
                 continue
-            n = min(common_prefix(x.tokens, list(prompt), bs), limit) // bs * bs
+            n = min(common_prefix(x.tokens, prompt, bs), limit) // bs * bs
+            if ten[0] is None and n < x.cover:
+                continue            # id-less: only the whole retained prompt adopts
             if n > best_n:
                 best, best_n = x, n
+        if best is not None:
+            best.last_used = time.monotonic()
         return best, best_n
 
+    def hit_blocks(self, x, n_tokens, bs):
+        """The session's first n_tokens worth of blocks, per group: the hit that
+        vLLM's own allocate_slots takes references to."""
+        return tuple(g[:n_tokens // bs] for g in x.blocks)
+
     def install(self, request, x, n_tokens, managers, bs):
-        """Puts the session's first n_tokens worth of blocks into request's block
-        lists (its references move with them: no touch)."""
+        """Without prefix caching (vLLM then refuses a hit of blocks): puts the
+        session's first n_tokens worth of blocks into request's block lists
+        (its references move with them: no touch)."""
         n = n_tokens // bs
         for mgr, g in zip(managers, x.blocks):
             mgr.req_to_blocks[request.request_id] = list(g[:n])
@@ -262,15 +306,29 @@ class Store:
         if x.evicted or any(b.is_null for g in x.blocks for b in g[:n]):
             setattr(request, EVICTED_FLAG, True)
         self.turns[request.request_id] = x.turns
+        self.adopted[x.key] = request.request_id
+        while len(self.adopted) > ADOPTED_MEMORY:
+            self.adopted.popitem(last=False)
         self.events["adopted"][request.request_id] = (x.key, n_tokens)
         self.counters["adopted"] += 1
         self.counters["adopted_tokens"] += n_tokens
 
+    def give_back(self, x):
+        """An adopter could not be allocated even with every other session
+        released: its session goes too, and it prefills in full next step."""
+        return self.release(x.key, "adopt_failed")
+
     def apply_evicted(self, key, idx):
-        """A block the daemon evicted from a retained session: a hole now."""
+        """A block the daemon evicted from request `key`, which is no longer
+        running.  Returns (blocks freed, adopter): adopter is the request id that
+        adopted session `key` since (the pair arrived after the adoption: the
+        caller frees the block from the adopter), else None."""
         x = self.sessions.get(key)
         if x is None:
-            return 0
+            adopter = self.adopted.get(key)
+            if adopter is not None:
+                self.counters["late_evictions"] += 1
+            return 0, adopter
         freed = 0
         for g in x.blocks:
             if 0 <= idx < len(g) and not g[idx].is_null:
@@ -281,30 +339,18 @@ class Store:
         if freed:
             x.evicted = True
             x.held -= freed
-        return freed
+        return freed, None
 
-    def trace(self, ev):
-        """With MEMDECAY_VLLM_TRACE: one JSON line per step with session events,
-        and every 64 such steps a log line of the counters."""
-        self.n_traced = getattr(self, "n_traced", 0) + 1
-        if self.s.trace:
-            if getattr(self, "_trace", None) is None:
-                self._trace = open(self.s.trace, "a", buffering=1)
-            self._trace.write(json.dumps({"pid": os.getpid(), "t": time.time(), "sessions": ev,
-                                          "retained_blocks": self.held_blocks(),
-                                          "counters": self.counters}) + "\n")
-        if self.n_traced % 64 == 1:
-            from vllm.logger import init_logger
-            init_logger("vllm.memdecay").info(
-                "memdecay_vllm: sessions: %d retained (%d blocks, cap %d); %s", len(self.sessions),
-                self.held_blocks(), self.cap_blocks(),
-                ", ".join("%s %d" % kv for kv in self.counters.items()))
+    def snapshot(self):
+        """The numbers the metrics export (metrics.py)."""
+        return {"sessions": len(self.sessions), "blocks": self.held_blocks(),
+                "counters": dict(self.counters)}
 
     def describe(self):
         now = time.monotonic()
         return [{"key": x.key, "session_id": x.session_id, "tokens": len(x.tokens),
-                 "blocks": x.held, "holes": sum(1 for g in x.blocks[:1] for b in g if b.is_null),
-                 "turns": x.turns, "idle_s": round(now - x.last_used, 3)}
+                 "blocks": x.held, "holes": len(x.holes()), "turns": x.turns,
+                 "idle_s": round(now - x.last_used, 3)}
                 for x in self.sessions.values()]
 
 
@@ -314,126 +360,3 @@ def store_of(manager):
         st = Store(manager)
         manager._memdecay_store = st
     return st
-
-
-def _managers(manager):
-    return manager.coordinator.single_type_managers
-
-
-def install():
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
-    from vllm.v1.core.sched.scheduler import Scheduler
-
-    s = settings.get()
-    if not s.sessions or getattr(KVCacheManager.allocate_slots, "_memdecay", False):
-        return
-    orig_free = Scheduler._free_blocks
-    orig_schedule = Scheduler.schedule
-    orig_computed = KVCacheManager.get_computed_blocks
-    orig_alloc = KVCacheManager.allocate_slots
-    orig_reset = KVCacheManager.reset_prefix_cache
-
-    @functools.wraps(orig_free)
-    def _free_blocks(self, request):
-        mgr = self.kv_cache_manager
-        try:
-            store_of(mgr).retain(request, _managers(mgr), self.block_size)
-        except Exception as e:            # never the engine: the blocks are freed as usual
-            _warn("retaining request %s" % request.request_id, e)
-        return orig_free(self, request)
-
-    @functools.wraps(orig_schedule)
-    def schedule(self, *args, **kwargs):
-        st = store_of(self.kv_cache_manager)
-        try:
-            st.expire()
-        except Exception as e:
-            _warn("expiring sessions", e)
-        out = orig_schedule(self, *args, **kwargs)
-        ev = st.take_events()
-        if ev is not None:
-            setattr(out, EVENTS_ATTR, ev)
-            st.trace(ev)
-        return out
-
-    @functools.wraps(orig_computed)
-    def get_computed_blocks(self, request):
-        blocks, n_hit, boundary = orig_computed(self, request)
-        try:
-            bs = _block_size(self)
-            x, n = store_of(self).match(request, bs)
-            if x is not None and n >= n_hit:
-                hit = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
-                setattr(hit, HIT_ATTR, (x, n, True))
-                return hit, n, 0
-            if x is not None and extends(x, blocks, n, bs):
-                # vLLM's prefix cache holds the session's own blocks and more (another
-                # request computed the same history since): the request takes vLLM's
-                # longer hit and still goes on with the session's daemon sequence
-                setattr(blocks, HIT_ATTR, (x, n, False))
-        except Exception as e:
-            _warn("matching request %s" % request.request_id, e)
-        return blocks, n_hit, boundary
-
-    @functools.wraps(orig_alloc)
-    def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
-                       new_computed_blocks=None, *args, **kwargs):
-        st = store_of(self)
-        hit = getattr(new_computed_blocks, HIT_ATTR, None) if new_computed_blocks else None
-        mgrs = _managers(self)
-        bs = _block_size(self)
-        x = None
-        if hit is not None:
-            x, n, own = hit
-            if st.sessions.get(x.key) is not x:
-                if not own:                 # vLLM's hit stands without the session
-                    x = None
-                else:
-                    # released since the match, with n tokens already counted as computed:
-                    # the request waits a step, and its next lookup finds no session
-                    return None
-            elif own:
-                st.install(request, x, n, mgrs, bs)
-                new_computed_blocks = self.empty_kv_cache_blocks
-        out = orig_alloc(self, request, num_new_tokens, num_new_computed_tokens,
-                         new_computed_blocks, *args, **kwargs)
-        while out is None and st.release_lru("pressure", keep=x):
-            out = orig_alloc(self, request, num_new_tokens, num_new_computed_tokens,
-                             new_computed_blocks, *args, **kwargs)
-        if x is not None:
-            if out is None:
-                st.rollback(request, mgrs)
-            else:
-                st.consume(request, x, hit[1], bs, moved=hit[2])
-        return out
-
-    @functools.wraps(orig_reset)
-    def reset_prefix_cache(self, *args, **kwargs):
-        st = store_of(self)
-        for key in list(st.sessions):
-            st.release(key, "reset")
-        return orig_reset(self, *args, **kwargs)
-
-    for f in (_free_blocks, schedule, get_computed_blocks, allocate_slots, reset_prefix_cache):
-        f._memdecay = True
-    Scheduler._free_blocks = _free_blocks
-    Scheduler.schedule = schedule
-    KVCacheManager.get_computed_blocks = get_computed_blocks
-    KVCacheManager.allocate_slots = allocate_slots
-    KVCacheManager.reset_prefix_cache = reset_prefix_cache
-
-
-def _block_size(manager):
-    return _managers(manager)[0].block_size
-
-
-_warned = {"n": 0}
-
-
-def _warn(what, err):
-    _warned["n"] += 1
-    n = _warned["n"]
-    if n & (n - 1) == 0:
-        from vllm.logger import init_logger
-        init_logger("vllm.memdecay").warning("memdecay_vllm: sessions: %s failed (%d so far): "
-                                             "%s: %s", what, n, type(err).__name__, err)

@@ -37,8 +37,25 @@ def _choice(name, default, allowed):
     return v
 
 
-# hooks a test may make raise (MEMDECAY_VLLM_TEST_FAULT), to show they fail open
-FAULT_POINTS = ("track", "update", "build", "forward", "step_end", "scheduler")
+# hooks a test may make raise (MEMDECAY_VLLM_TEST_FAULT), to show they fail open: the
+# worker's (track ... step_end, sessions: its session events) and the engine core's
+# (scheduler: evicted blocks; cache: the prefix-cache guard; retain, match, adopt,
+# expire: the session store's wrappers)
+FAULT_POINTS = ("track", "update", "build", "forward", "step_end", "sessions",
+                "scheduler", "cache", "retain", "match", "adopt", "expire")
+
+
+def _writable(name):
+    """A file the plugin appends to: refused at start-up when it cannot be opened."""
+    v = os.environ.get(name) or None
+    if v is None:
+        return None
+    try:
+        with open(v, "a"):
+            pass
+    except OSError as e:
+        raise ValueError("%s=%r: cannot append to it: %s" % (name, v, e.strerror)) from None
+    return v
 
 
 class Settings:
@@ -53,7 +70,7 @@ class Settings:
         self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 64))
         self.settle_ms = max(0, _int("MEMDECAY_VLLM_SETTLE_MS", 200))
         self.reattach_ms = max(100, _int("MEMDECAY_VLLM_REATTACH_MS", 1000))
-        self.trace = os.environ.get("MEMDECAY_VLLM_TRACE") or None
+        self.trace = _writable("MEMDECAY_VLLM_TRACE")
         self.library = os.environ.get("MEMDECAY_LIBRARY") or None
         # every N steps one log line of the hooks' cost (0 or less: the default)
         self.cost_every = _int("MEMDECAY_VLLM_COST_EVERY", 0)

@@ -18,26 +18,20 @@ and policy are its sequence's options (mirror.py).  Fail-open: with no
 daemon, or after it dies, nothing is evicted and vLLM serves as it would
 without the plugin; a fault in a hook costs the step's requests their
 eviction, never the step."""
-import functools
 import threading
 import time
 
 import memdecay
 from memdecay import Region
 
-from . import attach, regions, settings
+from . import attach, log, regions, settings
 from .attention import Stats
 from .commands import Commands
-from .holes import compact
+from .holes import compact, null_blocks, zero_in_worker
 from .mirror import PAGE_TOKENS, Mirror
 
 ENGINE = None
 _lock = threading.Lock()
-
-
-def _log():
-    from vllm.logger import init_logger
-    return init_logger("vllm.memdecay")
 
 
 class Engine:
@@ -62,10 +56,9 @@ class Engine:
         self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs)
         client = self.att.client
         if client.attached:
-            _log().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
+            log.logger().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
         self.mirror = Mirror(client, self.max_seqs, self.block_size, self.counters)
         self.failed = set()        # requests served without eviction after a fault here
-        self.holes_only = {}       # such a request's holes, still compacted: req id -> set
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
         self.stats = Stats(self.block_size, self.s.prefill_queries, self.s.layer_stride)
         self.commands = Commands(client, self.att.batch, self.att.name, runner, self.mirror,
@@ -89,19 +82,16 @@ class Engine:
 
     def fail_open(self, req_id, where, err):
         """Request req_id is served without eviction from now on: its pages leave
-        the daemon, the blocks already evicted stay holes (still compacted), and
-        one log line says why."""
+        the daemon, the blocks already evicted stay holes (null blocks in the
+        block table, still compacted), and one log line says why."""
         if req_id in self.failed:
             return
         self.failed.add(req_id)
         self.counters["failed_open"] += 1
-        _log().warning("memdecay_vllm: request %s is served without eviction: %s failed: %s: %s",
+        log.logger().warning("memdecay_vllm: request %s is served without eviction: %s failed: %s: %s",
                        req_id, where, type(err).__name__, err)
-        r = self.reqs.get(req_id)
-        if r is None:
+        if req_id not in self.reqs:
             return
-        if r.holes:
-            self.holes_only[req_id] = set(r.holes)
         try:
             self.mirror.drop(req_id)
         except Exception:               # the daemon side is best effort here
@@ -114,7 +104,6 @@ class Engine:
     def _forget(self, req_id):
         self.mirror.drop(req_id)
         self.failed.discard(req_id)
-        self.holes_only.pop(req_id, None)
 
     # ---- requests ----
     def _track(self, req_id, st):
@@ -136,10 +125,11 @@ class Engine:
             if adopted is not None:
                 r = self.mirror.adopt(req_id, reg, budget, policy, *adopted)
                 if r is not None:
+                    self._adopted(req_id, r)
                     return r
             r = self.mirror.start(req_id, reg, budget, policy)
         except (memdecay.MemDecayError, ValueError) as e:
-            _log().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
+            log.logger().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
                            "eviction: %s", req_id, budget, policy, e)
             r = None
         if r is None:
@@ -149,25 +139,44 @@ class Engine:
             self.mirror.seed(r, st, adopted[1])
         return r
 
+    def _adopted(self, req_id, r):
+        """An adopter's holes into the worker's block table: the ones vLLM's block
+        list already shows and any the daemon evicted from the session since."""
+        zero_in_worker(self.runner, req_id, sorted(r.holes))
+
     def _sessions_update(self, so):
         """The scheduler's session events for this step: retained requests keep
-        their sequence, released ones end it, adopters are noted for _track."""
+        their sequence, released ones end it, adopters are noted for _track.
+        A fault here costs the sessions their daemon sequences (they are
+        seeded again from vLLM's blocks), never a hole: holes are read from
+        the block table."""
         from .sessions import EVENTS_ATTR
         ev = getattr(so, EVENTS_ATTR, None) or {}
         retained = set(ev.get("retained", ()))
         for req_id in so.finished_req_ids:
-            if req_id in retained and req_id in self.reqs:
-                self.mirror.retain(req_id)
-            else:
-                self._forget(req_id)
+            try:
+                if req_id in retained and req_id in self.reqs:
+                    self.mirror.retain(req_id)
+                else:
+                    self._forget(req_id)
+            except Exception as e:
+                log.failed("ending request %s's sequence" % req_id, e)
+                self.reqs.pop(req_id, None)
         for key in ev.get("released", ()):
-            self.mirror.release(key)
+            try:
+                self.mirror.release(key)
+            except Exception as e:
+                log.failed("releasing session %s's sequence" % key, e)
         self.mirror.adopting.update(ev.get("adopted", {}))
 
     # ---- hooks ----
     def on_update(self, runner, so):
         with _lock:
-            self._sessions_update(so)
+            try:
+                self.fault("sessions")
+                self._sessions_update(so)
+            except Exception as e:
+                log.failed("the step's session events", e)
             for req_id in so.scheduled_cached_reqs.resumed_req_ids:
                 self._forget(req_id)        # recomputed from its first token
             for req_id, n in so.num_scheduled_tokens.items():
@@ -193,46 +202,28 @@ class Engine:
         r.acc_layers = 0
         r.kept = None
 
-    def _holes_by_row(self, cm):
-        """({row: sorted holes}, [(req, row)] of the tracked rows) for this batch."""
+    def _tracked_rows(self, cm):
+        """[(req, row)] of this batch's rows the daemon may evict."""
         ids = self.runner.input_batch.req_ids
         rows = []
-        holes = {}
         for row in range(min(cm.num_reqs, len(ids))):
             r = self.reqs.get(ids[row])
-            if r is not None:
+            if r is not None and r.may_evict:
                 rows.append((r, row))
-                if r.holes:
-                    holes[row] = sorted(r.holes)
-            elif ids[row] in self.holes_only:
-                holes[row] = sorted(self.holes_only[ids[row]])
-        return holes, rows
+        return rows
 
-    def on_build(self, builder, cm):
-        """The attention metadata with holes compacted, and the statistics' plan;
-        on a fault, the compaction alone (the kept blocks must still be read
-        right) and the step's requests are served without eviction."""
-        if not self.step_active or not (self.reqs or self.holes_only):
-            return cm
+    def on_build(self, builder, cm, kept):
+        """The step's statistics planned over the compacted metadata `cm`
+        (kept: {row: original block indices kept} of the rows with holes); on
+        a fault the step's requests are served without eviction."""
+        if not self.step_active or not self.reqs:
+            return
         try:
             self.fault("build")
-            return self._build(cm)
+            self.stats.plan(cm, self._tracked_rows(cm), kept)
         except Exception as e:
             self.stats.clear()
             self.fail_open_all("planning the step's statistics", e)
-            holes, _ = self._holes_by_row(cm)
-            if not holes:
-                return cm
-            return compact(cm, holes, self.block_size)[0]
-
-    def _build(self, cm):
-        holes, rows = self._holes_by_row(cm)
-        rows = [(r, row) for r, row in rows if r.may_evict]
-        kept = {}
-        if holes:
-            cm, kept = compact(cm, holes, self.block_size)
-        self.stats.plan(cm, rows, kept)
-        return cm
 
     def on_forward(self, impl, layer, query, kv_cache):
         if not self.stats.rows:
@@ -245,11 +236,14 @@ class Engine:
             for r, _, _ in rows:
                 self.fail_open(r.id, "the attention statistics", e)
 
-    def on_step_end(self, runner, output):
-        """Publishes the step, applies the daemon's commands; returns the
-        (request id, block index) pairs evicted this step.  On a fault the
-        pairs already applied still go back, and the step's requests are
-        served without eviction."""
+    def on_step_end(self, runner, reportable):
+        """Publishes the step and, when the step's output can carry them back to
+        the engine core (`reportable`), applies the daemon's commands; returns
+        the (request id, block index) pairs evicted this step.  Commands wait
+        for a step that reports: a pair applied here and reported later would
+        reach the scheduler after it had cached blocks computed over the hole.
+        On a fault the pairs already applied still go back, and the step's
+        requests are served without eviction."""
         with _lock:
             self.step_active = False
             self.stats.rows = []
@@ -258,12 +252,12 @@ class Engine:
             evicted = []
             try:
                 self.fault("step_end")
-                self._step_end(evicted)
+                self._step_end(evicted, reportable)
             except Exception as e:
                 self.fail_open_all("publishing the step", e)
             return evicted
 
-    def _step_end(self, evicted):
+    def _step_end(self, evicted, reportable):
         c = self.att.client
         reqs = list(self.reqs.values())
         scheduled = [r for r in reqs if r.step_tokens]
@@ -280,7 +274,8 @@ class Engine:
             r.may_evict = bool(engine_pages or c.seq_budget_tokens(r.seq))
         if scheduled:
             self.commands.publish(scheduled, prm)
-        self.commands.settle([r for r in reqs if r.pages], evicted, prm)
+        if reportable:
+            self.commands.settle([r for r in reqs if r.pages], evicted, prm)
 
     def log_cost(self):
         """Every MEMDECAY_VLLM_COST_EVERY steps, one log line: the hooks' time a step and
@@ -290,7 +285,7 @@ class Engine:
         if self.cost_steps % every:
             return
         per = {k: 1e3 * v / every for k, v in self.cost.items()}
-        _log().info("memdecay_vllm: %d steps, the plugin's hooks took %.2f ms a step (declare "
+        log.logger().info("memdecay_vllm: %d steps, the plugin's hooks took %.2f ms a step (declare "
                     "%.2f, holes %.2f, statistics %.2f, publish and commands %.2f); %s",
                     self.cost_steps, sum(per.values()), per["update"], per["build"],
                     per["forward"], per["step_end"],
@@ -311,7 +306,7 @@ def _engine(runner):
             ENGINE = Engine(runner)
         except Exception as e:
             _engine_failed = True
-            _log().error("memdecay_vllm: the plugin is off in this worker: %s: %s",
+            log.logger().error("memdecay_vllm: the plugin is off in this worker: %s: %s",
                          type(e).__name__, e)
     return ENGINE
 
@@ -326,25 +321,11 @@ def _hook_failed(where, err):
         pass
 
 
-def install():
-    from vllm.v1.attention.backends.cpu_attn import (CPUAttentionBackendImpl,
-                                                     CPUAttentionMetadataBuilder)
-    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+# ---- the wrappers (hooks.py's table names the methods and their signatures) ----
 
-    from .scheduler import EVICTED_ATTR
-
-    if getattr(GPUModelRunner._update_states, "_memdecay", False):
-        return
-    orig_update = GPUModelRunner._update_states
-    orig_sample = GPUModelRunner.sample_tokens
-    orig_forward = CPUAttentionBackendImpl.forward
-    orig_build = CPUAttentionMetadataBuilder.build
-    pending = []
-
-    @functools.wraps(orig_update)
+def wrap_update_states(orig):
     def _update_states(self, scheduler_output):
-        out = orig_update(self, scheduler_output)
+        out = orig(self, scheduler_output)
         t = time.perf_counter()
         eng = _engine(self)
         if eng is not None:
@@ -354,48 +335,62 @@ def install():
                 _hook_failed("the step's update", e)
             eng.cost["update"] += time.perf_counter() - t
         return out
+    return _update_states
 
-    @functools.wraps(orig_build)
+
+def wrap_build(orig):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        """Every null block of every row compacted out, then the statistics'
+        plan.  The compaction runs whether or not the worker's Engine exists or
+        tracks the request: it is what keeps a hole from being read."""
+        eng = ENGINE
+        t = time.perf_counter()
+        cm = common_attn_metadata
+        if getattr(self.kv_cache_spec, "sliding_window", None) is None:
+            holes = null_blocks(cm, self.kv_cache_spec.block_size)
+            kept = {}
+            if holes:
+                cm, kept = compact(cm, holes, self.kv_cache_spec.block_size)
+            if eng is not None:
+                eng.on_build(self, cm, kept)             # never raises
+                eng.cost["build"] += time.perf_counter() - t
+        return orig(self, common_prefix_len, cm, fast_build)
+    return build
+
+
+def wrap_sample_tokens(orig):
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+    from .scheduler import EVICTED_ATTR
+
+    def sample_tokens(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
         eng = ENGINE
         if eng is not None:
             t = time.perf_counter()
-            common_attn_metadata = eng.on_build(self, common_attn_metadata)   # never raises
-            eng.cost["build"] += time.perf_counter() - t
-        return orig_build(self, common_prefix_len, common_attn_metadata, fast_build)
-
-    @functools.wraps(orig_sample)
-    def sample_tokens(self, *args, **kwargs):
-        out = orig_sample(self, *args, **kwargs)
-        if ENGINE is not None:
-            t = time.perf_counter()
+            reportable = out is not None and out is not EMPTY_MODEL_RUNNER_OUTPUT
             try:
-                pending.extend(ENGINE.on_step_end(self, out))
-                ENGINE.log_cost()
+                evicted = eng.on_step_end(self, reportable)
+                if evicted:
+                    setattr(out, EVICTED_ATTR, evicted)
+                eng.log_cost()
             except Exception as e:
                 _hook_failed("the step's end", e)
-            ENGINE.cost["step_end"] += time.perf_counter() - t
-            if pending and out is not None and out is not EMPTY_MODEL_RUNNER_OUTPUT:
-                setattr(out, EVICTED_ATTR, list(pending))
-                pending.clear()
+            eng.cost["step_end"] += time.perf_counter() - t
         return out
+    return sample_tokens
 
-    @functools.wraps(orig_forward)
+
+def wrap_forward(orig):
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *a, **kw):
-        out = orig_forward(self, layer, query, key, value, kv_cache, attn_metadata, output,
-                           *a, **kw)
-        if ENGINE is not None and attn_metadata is not None:
+        out = orig(self, layer, query, key, value, kv_cache, attn_metadata, output, *a, **kw)
+        eng = ENGINE
+        if eng is not None and attn_metadata is not None:
             t = time.perf_counter()
             try:
-                ENGINE.on_forward(self, layer, query, kv_cache)
+                eng.on_forward(self, layer, query, kv_cache)
             except Exception as e:
                 _hook_failed("a layer's statistics", e)
-            ENGINE.cost["forward"] += time.perf_counter() - t
+            eng.cost["forward"] += time.perf_counter() - t
         return out
-
-    for f in (_update_states, build):
-        f._memdecay = True
-    GPUModelRunner._update_states = _update_states
-    GPUModelRunner.sample_tokens = sample_tokens
-    CPUAttentionBackendImpl.forward = forward
-    CPUAttentionMetadataBuilder.build = build
+    return forward
