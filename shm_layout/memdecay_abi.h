@@ -30,10 +30,12 @@ extern "C" {
 /* "MEMDCAY1" read as a little-endian u64. */
 #define MD_ABI_MAGIC 0x31594143444d454dULL
 #define MD_ABI_MAJOR 1u
-#define MD_ABI_MINOR 2u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport
+#define MD_ABI_MINOR 3u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport
                              1.2: per-sequence options (off.engine.seq_opts,
                                   MD_REC_SEQ_OPTS), the per-sequence protected
-                                  page count (off.daemon.seq_protect) */
+                                  page count (off.daemon.seq_protect)
+                             1.3: a sequence's session state and tag in those
+                                  options' reserved words */
 
 #define MD_PAGE_TOKENS_MAX 16u      /* a page's labels fit in one u64 (4 bits each) */
 #define MD_PAGE_TOKENS_DEFAULT 16u
@@ -191,14 +193,39 @@ struct md_page_entry {
  * publishes MD_REC_SEQ_OPTS with the same values; the daemon takes the record
  * and reads the entry only on a resync.  MD_SEQ_ENGINE in a field means "the
  * engine's setting" (its HELLO options, else the daemon's parameters).
- * SEQ_END resets the sequence to all-engine. */
+ * SEQ_END resets the sequence to all-engine (and, 1.3, running, no tag).
+ *
+ * 1.3 puts the sequence's session in what were reserved words: its state
+ * (an engine that keeps a finished request's KV for the conversation's next
+ * turn says "retained") and a tag, the first bytes of the engine's session
+ * id, so that an operator can tell the sessions apart.  A 1.2 daemon ignores
+ * those words; a 1.3 daemon ignores them from a 1.2 engine, which leaves
+ * them zero: running, no tag. */
 #define MD_SEQ_ENGINE_U32 UINT32_MAX
 #define MD_SEQ_ENGINE_U64 UINT64_MAX
+enum md_seq_state {
+	MD_SEQ_RUNNING = 0,      /* serving a request (or the engine does not say) */
+	MD_SEQ_RETAINED = 1,     /* its request finished; KV kept for the next turn */
+	MD_SEQ_STATE_COUNT,
+};
+/* The session tag: bytes 0x21..0x7e, then only NULs; all NUL: no tag. */
+#define MD_SEQ_SESSION_LEN 8u
+static inline int md_seq_session_ok(const uint8_t tag[MD_SEQ_SESSION_LEN])
+{
+	unsigned i = 0;
+	while (i < MD_SEQ_SESSION_LEN && tag[i] >= 0x21 && tag[i] <= 0x7e)
+		i++;
+	while (i < MD_SEQ_SESSION_LEN && tag[i] == 0)
+		i++;
+	return i == MD_SEQ_SESSION_LEN;
+}
 struct md_seq_opts {
 	uint32_t version;
 	uint32_t policy;                 /* enum md_policy_id, or MD_SEQ_ENGINE_U32 */
 	uint64_t budget_sequence_tokens; /* 0: none; MD_SEQ_ENGINE_U64: the engine's */
-	uint64_t resv[2];
+	uint32_t state;                  /* 1.3: enum md_seq_state (1.2: reserved, zero) */
+	uint32_t resv;
+	uint8_t session[MD_SEQ_SESSION_LEN]; /* 1.3: the session tag (1.2: reserved, zero) */
 };
 
 /* ---- stats records (engine -> daemon) ---- */
@@ -212,7 +239,8 @@ enum md_rec_type {
 	MD_REC_ATTN_PAGE = 6,    /* slot, gen, page mass, refresh bitmap */
 	MD_REC_ATTN_TOKENS = 7,  /* slot, gen, token0, count<=8, mass[] */
 	MD_REC_RELABEL = 8,      /* seq, pos0, pos1, region */
-	MD_REC_SEQ_OPTS = 9,     /* 1.2: seq, policy, budget_sequence_tokens */
+	MD_REC_SEQ_OPTS = 9,     /* 1.2: seq, policy, budget_sequence_tokens;
+				    1.3: state, session */
 	MD_REC_TYPE_COUNT = 10,
 };
 
@@ -268,9 +296,10 @@ struct md_stats_rec {
 		} relabel;
 		struct {
 			uint32_t policy;                 /* as struct md_seq_opts */
-			uint32_t resv;
+			uint32_t state;                  /* 1.3 (1.2: reserved, zero) */
 			uint64_t budget_sequence_tokens;
-			uint64_t resv1[2];
+			uint8_t session[MD_SEQ_SESSION_LEN]; /* 1.3 (1.2: reserved, zero) */
+			uint64_t resv1;
 		} seq_opts;
 		uint64_t raw[4];
 	} u;
@@ -339,6 +368,15 @@ _Static_assert(offsetof(struct md_engine_offsets, cuda_ring_export) == 32, "cuda
 _Static_assert(offsetof(struct md_engine_offsets, seq_opts) == 40, "seq opts offset");
 _Static_assert(offsetof(struct md_daemon_offsets, seq_protect) == 24, "seq protect offset");
 _Static_assert(sizeof(struct md_seq_opts) == 32, "seq opts");
+_Static_assert(offsetof(struct md_seq_opts, budget_sequence_tokens) == 8, "seq opts budget");
+_Static_assert(offsetof(struct md_seq_opts, state) == 16, "seq opts state (1.2: resv[0])");
+_Static_assert(offsetof(struct md_seq_opts, session) == 24, "seq opts session (1.2: resv[1])");
+_Static_assert(offsetof(struct md_stats_rec, u.seq_opts.state) == 36,
+	       "seq opts record state (1.2: resv)");
+_Static_assert(offsetof(struct md_stats_rec, u.seq_opts.budget_sequence_tokens) == 40,
+	       "seq opts record budget");
+_Static_assert(offsetof(struct md_stats_rec, u.seq_opts.session) == 48,
+	       "seq opts record session (1.2: resv1[0])");
 _Static_assert(sizeof(struct md_daemon_offsets) == 64, "daemon offsets");
 _Static_assert(sizeof(struct md_segment_header) == 160, "segment header");
 _Static_assert(offsetof(struct md_segment_header, off) == 64, "offsets table");
@@ -446,7 +484,7 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
 /* ---- control socket protocol ----
  * Line-based text, one request per line, at most MD_CTL_LINE_MAX bytes.
  * Engine attach:
- *   HELLO abi=1.2 name=NAME page_tokens=P page_capacity=N max_seqs=S
+ *   HELLO abi=1.3 name=NAME page_tokens=P page_capacity=N max_seqs=S
  *         [tp_rank=R tp_size=T] [policy=NAME] [budget_pages=N]
  *         [budget_sequence_tokens=N] [weight=W] [stats_transport=host|cuda]\n
  *   abi= is the sender's MD_ABI_MAJOR.MD_ABI_MINOR: another major is refused;

@@ -1,12 +1,14 @@
 /*
  * check_contract.c — the engine contract in libmemdecay (docs/adapters.md)
  * against the fake daemon of fake_daemon.h, in its ABI 1.2 form (per-sequence
- * options in the engine segment, seq_protect in the daemon segment) and its
- * 1.1 form: a sequence's pages in order and its live tokens, the evict floor
+ * options in the engine segment, seq_protect in the daemon segment), its 1.3
+ * form (the same, taking a sequence's session state and tag) and its 1.1
+ * form: a sequence's pages in order and its live tokens, the evict floor
  * with and without a published protected count, pinned pages, sequence
  * options (mirror, segment entry, record, -ENOTSUP, reset, republish on
- * reattach), commands through a callback, every md_settle outcome, and
- * md_client_maintain reattaching after a daemon restart.
+ * reattach; the session words sent to 1.3 only), commands through a
+ * callback, every md_settle outcome, and md_client_maintain reattaching after
+ * a daemon restart.
  */
 #include <check.h>
 #include "test_util.h"
@@ -30,8 +32,8 @@
 
 #include "alloc_count.h"   /* g_allocs */
 
-/* ---- the fake daemon (fake_daemon.h): engine 3 of instance 9, ABI 1.2
- * segments or 1.1 ones that say so ---- */
+/* ---- the fake daemon (fake_daemon.h): engine 3 of instance 9, ABI 1.2 or
+ * 1.3 segments, or 1.1 ones that say so ---- */
 static void contract_params(struct md_param_block *p)
 {
 	p->tau = 0.01;
@@ -55,11 +57,11 @@ static void cfg_for(struct md_client_config *cfg, const char *path)
 	cfg->max_seqs = 4;
 }
 
-static md_client *attach(struct fake *f, int v12)
+static md_client *attach(struct fake *f, int abi)
 {
 	struct md_client_config cfg;
 	cfg_for(&cfg, f->path);
-	return fake_attach(f, &contract_fake, v12, &cfg);
+	return fake_attach(f, &contract_fake, abi, &cfg);
 }
 
 static md_client *detached_client(void)
@@ -331,6 +333,168 @@ START_TEST(test_reattach_republishes_options)
 	ck_assert_uint_eq(e[3].policy, MD_POLICY_RECENCY);
 	ck_assert_uint_eq(e[3].budget_sequence_tokens, 48);
 	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* The tag an engine makes of its session id: the first 8 bytes, each
+ * outside printable ASCII as '?', NUL-padded. */
+START_TEST(test_session_tag)
+{
+	char t[MD_SEQ_SESSION_LEN];
+	md_seq_session_tag("conversation-17", 15, t);
+	ck_assert_mem_eq(t, "conversa", 8);
+	md_seq_session_tag("a b\x01\xc3\xa9", 6, t);   /* blank, control, UTF-8 é */
+	ck_assert_mem_eq(t, "a?b???\0\0", 8);
+	md_seq_session_tag("abc", 3, t);
+	ck_assert_mem_eq(t, "abc\0\0\0\0\0", 8);
+	md_seq_session_tag("a\0b", 3, t);                 /* a NUL inside is a byte too */
+	ck_assert_mem_eq(t, "a?b\0\0\0\0\0", 8);
+	static const char none[8];
+	md_seq_session_tag("", 0, t);
+	ck_assert_mem_eq(t, none, 8);
+	md_seq_session_tag(NULL, 5, t);
+	ck_assert_mem_eq(t, none, 8);
+}
+END_TEST
+
+/* ABI 1.3: a sequence's session state and tag go into the entry and the
+ * record beside its policy and budget; bad ones are refused whole; the end
+ * resets them. */
+START_TEST(test_seq_session)
+{
+	struct fake f;
+	md_client *c = attach(&f, FAKE_ABI_13);
+	struct md_seq_options o, got;
+	md_seq_options_init(&o);
+	ck_assert_uint_eq(o.state, MD_SEQ_RUNNING);
+	ck_assert_mem_eq(o.session, "\0\0\0\0\0\0\0\0", 8);
+	fake_drain(&f);
+
+	o.budget_sequence_tokens = 64;
+	o.state = MD_SEQ_RETAINED;
+	md_seq_session_tag("conv-7", 6, o.session);
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(got.session, "conv-7\0\0", 8);
+	ck_assert_int_eq(got.budget_sequence_tokens, 64);
+	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[1].version % 2, 0);
+	ck_assert_uint_eq(e[1].budget_sequence_tokens, 64);
+	ck_assert_uint_eq(e[1].state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(e[1].session, "conv-7\0\0", 8);
+	struct md_stats_rec r;
+	ck_assert(fake_find(&f, MD_REC_SEQ_OPTS, &r));
+	ck_assert_uint_eq(r.seq, 1);
+	ck_assert_uint_eq(r.u.seq_opts.budget_sequence_tokens, 64);
+	ck_assert_uint_eq(r.u.seq_opts.state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(r.u.seq_opts.session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(r.u.seq_opts.resv1, 0);
+
+	/* the next turn: running again, same tag, one record */
+	o.state = MD_SEQ_RUNNING;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	ck_assert(fake_find(&f, MD_REC_SEQ_OPTS, &r));
+	ck_assert_uint_eq(r.u.seq_opts.state, MD_SEQ_RUNNING);
+	ck_assert_mem_eq(r.u.seq_opts.session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(e[1].state, MD_SEQ_RUNNING);
+
+	/* bad state or tag: -EINVAL, nothing changes, nothing is sent */
+	struct md_seq_options bad = o;
+	bad.state = MD_SEQ_STATE_COUNT;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	bad = o;
+	memcpy(bad.session, "a b\0\0\0\0\0", 8);
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	bad = o;
+	memcpy(bad.session, "ab\0c\0\0\0\0", 8);   /* a byte after the padding */
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	bad = o;
+	bad.session[0] = (char)0x80;
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), -EINVAL);
+	ck_assert(!fake_find(&f, MD_REC_SEQ_OPTS, &r));
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_mem_eq(got.session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(got.state, MD_SEQ_RUNNING);
+	memcpy(bad.session, "12345678", 8);          /* all eight printable */
+	ck_assert_int_eq(md_seq_set_options(c, 1, &bad), 0);
+
+	/* a session alone is options of the sequence's own: the end resets it */
+	md_seq_options_init(&o);
+	o.state = MD_SEQ_RETAINED;
+	ck_assert_int_eq(md_seq_set_options(c, 2, &o), 0);
+	ck_assert_uint_eq(e[2].state, MD_SEQ_RETAINED);
+	ck_assert_int_eq(md_seq_end(c, 2), 0);
+	ck_assert_int_eq(md_seq_end(c, 1), 0);
+	for (uint32_t q = 1; q <= 2; q++) {
+		ck_assert_int_eq(md_seq_get_options(c, q, &got), 0);
+		ck_assert_uint_eq(got.state, MD_SEQ_RUNNING);
+		ck_assert_mem_eq(got.session, "\0\0\0\0\0\0\0\0", 8);
+		ck_assert_uint_eq(e[q].state, MD_SEQ_RUNNING);
+		ck_assert_mem_eq(e[q].session, "\0\0\0\0\0\0\0\0", 8);
+		ck_assert_uint_eq(e[q].version % 2, 0);
+	}
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* A 1.3 library on a 1.2 daemon: the policy and budget are set as before
+ * (0, entry and record), the session words, reserved in 1.2, stay zero; the
+ * mirror keeps the session, and a 1.3 daemon gets it at reattach. */
+START_TEST(test_seq_session_older_daemon)
+{
+	struct fake f;
+	md_client *c = attach(&f, FAKE_ABI_12);
+	fake_drain(&f);
+	struct md_seq_options o, got;
+	md_seq_options_init(&o);
+	o.policy = MD_POLICY_RECENCY;
+	o.budget_sequence_tokens = 48;
+	o.state = MD_SEQ_RETAINED;
+	md_seq_session_tag("sess-12", 7, o.session);
+	ck_assert_int_eq(md_seq_set_options(c, 1, &o), 0);
+	const struct md_seq_opts *e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[1].policy, MD_POLICY_RECENCY);
+	ck_assert_uint_eq(e[1].budget_sequence_tokens, 48);
+	ck_assert_uint_eq(e[1].state, 0);
+	ck_assert_uint_eq(e[1].resv, 0);
+	ck_assert_mem_eq(e[1].session, "\0\0\0\0\0\0\0\0", 8);
+	struct md_stats_rec r;
+	ck_assert(fake_find(&f, MD_REC_SEQ_OPTS, &r));
+	ck_assert_uint_eq(r.u.seq_opts.policy, MD_POLICY_RECENCY);
+	ck_assert_uint_eq(r.u.seq_opts.budget_sequence_tokens, 48);
+	ck_assert_uint_eq(r.u.seq_opts.state, 0);
+	ck_assert_mem_eq(r.u.seq_opts.session, "\0\0\0\0\0\0\0\0", 8);
+	ck_assert_uint_eq(r.u.seq_opts.resv1, 0);
+	ck_assert_int_eq(md_seq_get_options(c, 1, &got), 0);
+	ck_assert_uint_eq(got.state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(got.session, "sess-12\0", 8);
+
+	/* the daemon restarts as 1.3: the reattach writes the session too */
+	char dir[64];
+	snprintf(dir, sizeof(dir), "%s", f.dir);
+	fake_kill(&f);
+	md_client_detach(c);
+	fake_start_at(&f, &contract_fake, FK_OK, FAKE_ABI_13, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	fake_join(&f);
+	e = (void *)(f.eseg + f.eo.seq_opts);
+	ck_assert_uint_eq(e[1].policy, MD_POLICY_RECENCY);
+	ck_assert_uint_eq(e[1].state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(e[1].session, "sess-12\0", 8);
+	ck_assert_uint_eq(e[1].version % 2, 0);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	/* a 1.1 daemon: -ENOTSUP, kept in the mirror, as every option */
+	c = attach(&f, FAKE_ABI_11);
+	ck_assert_int_eq(md_seq_set_options(c, 0, &o), -ENOTSUP);
+	ck_assert_int_eq(md_seq_get_options(c, 0, &got), 0);
+	ck_assert_uint_eq(got.state, MD_SEQ_RETAINED);
 	md_client_destroy(c);
 	fake_stop(&f);
 }
@@ -673,6 +837,9 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_seq_options);
 	tcase_add_test(tc, test_seq_options_older_daemon_and_detached);
 	tcase_add_test(tc, test_reattach_republishes_options);
+	tcase_add_test(tc, test_session_tag);
+	tcase_add_test(tc, test_seq_session);
+	tcase_add_test(tc, test_seq_session_older_daemon);
 	tcase_add_test(tc, test_apply_commands);
 	tcase_add_test(tc, test_settle_outcomes);
 	tcase_add_test(tc, test_settle_engine);

@@ -266,7 +266,7 @@ START_TEST(hello_table_round_trip)
 	w.given = (1u << MD__HF_COUNT) - 1;
 	int n = md__hello_format(&w, line, sizeof(line));
 	ck_assert_int_gt(n, 0);
-	ck_assert_str_eq(line, "HELLO abi=1.2 name=eng-a page_tokens=16 page_capacity=1024 "
+	ck_assert_str_eq(line, "HELLO abi=1.3 name=eng-a page_tokens=16 page_capacity=1024 "
 			       "max_seqs=8 tp_rank=1 tp_size=2 policy=h2o budget_pages=0 "
 			       "budget_sequence_tokens=4096 weight=2.5 stats_transport=cuda\n");
 	line[n - 1] = 0;
@@ -278,7 +278,7 @@ START_TEST(hello_table_round_trip)
 	w.given = 1u << MD__HF_ABI | 1u << MD__HF_NAME | 1u << MD__HF_PAGE_TOKENS |
 		  1u << MD__HF_PAGE_CAPACITY | 1u << MD__HF_MAX_SEQS;
 	n = md__hello_format(&w, line, sizeof(line));
-	ck_assert_str_eq(line, "HELLO abi=1.2 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8\n");
+	ck_assert_str_eq(line, "HELLO abi=1.3 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8\n");
 	line[n - 1] = 0;
 	ck_assert_int_eq(hello(line, &r, err), 0);
 	ck_assert_uint_eq(r.given, w.given);

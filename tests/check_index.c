@@ -1020,6 +1020,105 @@ START_TEST(test_seq_opts_rejects)
 }
 END_TEST
 
+/* an MD_REC_SEQ_OPTS record with a session (ABI 1.3): tag's 8 bytes */
+static int seq_session(struct md__host *h, uint32_t seq, uint64_t budget, uint32_t state,
+		       const char *tag)
+{
+	struct md_stats_rec r = rec(MD_REC_SEQ_OPTS);
+	r.seq = seq;
+	r.u.seq_opts.policy = MD_SEQ_ENGINE_U32;
+	r.u.seq_opts.budget_sequence_tokens = budget;
+	r.u.seq_opts.state = state;
+	memcpy(r.u.seq_opts.session, tag, MD_SEQ_SESSION_LEN);
+	return md__host_ingest(h, 1, &r);
+}
+
+/* ABI 1.3: a sequence's session state and tag are stored, counted (retained),
+ * listed, checked whole with the record (a bad one changes nothing and is an
+ * options rejection), reset by SEQ_END; a 1.2 engine's words are ignored. */
+START_TEST(test_seq_session)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	struct md__host *h = small_host(&p, 4, 16, 3);
+	ck_assert_int_eq(open_n(h, 0, 0, 0, 0, 4, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(open_n(h, 1, 0, 1, 0, 4, MD_REGION_USER, 0), 0);
+	ck_assert_int_eq(seq_session(h, 0, 40, MD_SEQ_RETAINED, "conv-7\0\0"), 0);
+	ck_assert_int_eq(seq_session(h, 1, MD_SEQ_ENGINE_U64, MD_SEQ_RUNNING, "12345678"), 0);
+	struct md__seq_opts_info si;
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(si.session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(si.budget, 40);
+	struct md__seq_info q[3];
+	ck_assert_uint_eq(md__host_seqs(h, 1, 0, q, 3), 2);
+	ck_assert_uint_eq(q[0].state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(q[0].session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(q[1].state, MD_SEQ_RUNNING);
+	ck_assert_mem_eq(q[1].session, "12345678", 8);
+	ck_assert_uint_eq(q[1].own_options, 0);   /* a tag alone is not a policy or budget */
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.seqs_retained, 1);
+	ck_assert_uint_eq(st.seqs_own_options, 1);
+
+	/* refused whole: the budget beside a bad state or tag is not taken */
+	ck_assert_int_eq(seq_session(h, 0, 8, 2, "conv-7\0\0"), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_session(h, 0, 8, MD_SEQ_RUNNING, "a b\0\0\0\0\0"), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_session(h, 0, 8, MD_SEQ_RUNNING, "ab\0c\0\0\0\0"), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(seq_session(h, 0, 8, MD_SEQ_RUNNING, "\x7f\0\0\0\0\0\0\0"),
+			 -MD__REJ_OPTIONS);
+	struct md_seq_opts so = { .version = 2, .policy = MD_SEQ_ENGINE_U32,
+				  .budget_sequence_tokens = 8, .state = MD_SEQ_RUNNING };
+	memcpy(so.session, "tab\there", 8);
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 0, &so), -MD__REJ_OPTIONS);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 0, &si), 0);
+	ck_assert_uint_eq(si.state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(si.session, "conv-7\0\0", 8);
+	ck_assert_uint_eq(si.budget, 40);
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.rejected[MD__REJ_OPTIONS], 4); /* the resync entry: the caller's */
+	ck_assert_uint_eq(st.seqs_retained, 1);
+
+	/* a resync entry: retained moves to sequence 1 */
+	memcpy(so.session, "resync!\0", 8);
+	so.state = MD_SEQ_RETAINED;
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 1, &so), 0);
+	ck_assert_int_eq(seq_session(h, 0, 40, MD_SEQ_RUNNING, "conv-7\0\0"), 0);
+	ck_assert_uint_eq(md__host_seqs(h, 1, 0, q, 3), 2);
+	ck_assert_uint_eq(q[0].state, MD_SEQ_RUNNING);
+	ck_assert_uint_eq(q[1].state, MD_SEQ_RETAINED);
+	ck_assert_mem_eq(q[1].session, "resync!\0", 8);
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.seqs_retained, 1);
+
+	/* SEQ_END: running, no tag */
+	struct md_stats_rec r = rec(MD_REC_SEQ_END);
+	r.seq = 1;
+	ck_assert_int_eq(md__host_ingest(h, 1, &r), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 1, &si), 0);
+	ck_assert_uint_eq(si.state, MD_SEQ_RUNNING);
+	ck_assert_mem_eq(si.session, "\0\0\0\0\0\0\0\0", 8);
+	ck_assert_int_eq(md__host_engine_stats(h, 1, &st), 0);
+	ck_assert_uint_eq(st.seqs_retained, 0);
+
+	/* a 1.2 engine: those words were reserved, ignored as in 1.2 */
+	ck_assert_int_eq(md__host_engine_set_abi_minor(h, 1, 2), 0);
+	ck_assert_int_eq(seq_session(h, 2, 12, 7, "a b\0c\x01\0\0"), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 2, &si), 0);
+	ck_assert_uint_eq(si.budget, 12);
+	ck_assert_uint_eq(si.state, MD_SEQ_RUNNING);
+	ck_assert_mem_eq(si.session, "\0\0\0\0\0\0\0\0", 8);
+	so.state = 9;
+	memcpy(so.session, "\x01\x02\0\0\0\0\0\x03", 8);
+	ck_assert_int_eq(md__host_resync_seq_opts(h, 1, 2, &so), 0);
+	ck_assert_int_eq(md__host_seq_opts_get(h, 1, 2, &si), 0);
+	ck_assert_uint_eq(si.budget, 8);
+	ck_assert_uint_eq(si.state, MD_SEQ_RUNNING);
+	md__host_free(h);
+}
+END_TEST
+
 /* The protection count handed out for publishing is the host's: its own
  * policy's window (h2o: floor(fraction x its budget in pages)) with its own
  * budget, the engine's count for the others; only changes are handed out. */
@@ -1094,6 +1193,7 @@ static Suite *index_suite(void)
 	tcase_add_test(to, test_seq_opts_policy);
 	tcase_add_test(to, test_seq_opts_end_resets);
 	tcase_add_test(to, test_seq_opts_rejects);
+	tcase_add_test(to, test_seq_session);
 	tcase_add_test(to, test_seq_protect_published);
 	tcase_add_test(to, test_seq_opts_oracle);
 	suite_add_tcase(s, to);

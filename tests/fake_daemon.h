@@ -3,7 +3,8 @@
  * check_contract: a thread that accepts one HELLO on a Unix socket in a temp
  * directory, builds the engine and daemon memfd segments with the ABI layout
  * (1.1, or 1.2 with seq_opts in the engine segment and seq_protect in the
- * daemon segment), seals them as the daemon does and passes them with two
+ * daemon segment, or the same layout saying 1.3: a daemon that takes a
+ * sequence's session state and tag), seals them as the daemon does and passes them with two
  * doorbell eventfds by SCM_RIGHTS.  The test then reads the stats ring
  * (fake_next, fake_find, fake_drain), writes commands (fake_evict) and sets
  * the parameter block and the controls through the fake's own mappings.
@@ -38,6 +39,11 @@ enum fake_mode {
 	FK_OVERLAP, FK_MODE_COUNT,
 };
 
+/* The segments the fake builds: 1.1 (no per-sequence arrays; the minor is
+ * the profile's), 1.2 (the arrays) or 1.3 (the same layout: only the minor
+ * says that the session words of seq_opts are read). */
+enum fake_abi { FAKE_ABI_11 = 0, FAKE_ABI_12 = 1, FAKE_ABI_13 = 2 };
+
 /* Who the fake daemon is; fixed for a test file. */
 struct fake_profile {
 	const char *tag;            /* temp directory /tmp/md<tag>.XXXXXX */
@@ -52,7 +58,7 @@ struct fake {
 	int lfd, conn;
 	const struct fake_profile *prof;
 	enum fake_mode mode;
-	int v12;                    /* 1: ABI 1.2 segments */
+	int abi;                    /* enum fake_abi */
 	uint32_t stats_cap, cmd_cap, P, cap, seqs;
 	int db_d, db_e;             /* the daemon's copies of the doorbells */
 	char *eseg, *dseg;
@@ -85,10 +91,10 @@ static inline int make_memfd(uint64_t size)
 
 static inline void fake_segments(struct fake *f)
 {
-	uint32_t flags = f->v12 ? MD_ENGINE_LAYOUT_SEQ_OPTS : 0;
+	uint32_t flags = f->abi >= FAKE_ABI_12 ? MD_ENGINE_LAYOUT_SEQ_OPTS : 0;
 	f->esz = md_engine_layout_ex(f->cap, f->seqs, f->stats_cap, flags, &f->eo);
-	f->dsz = f->v12 ? md_daemon_layout_ex(f->cmd_cap, f->seqs, &f->doff)
-			: md_daemon_layout(f->cmd_cap, &f->doff);
+	f->dsz = f->abi >= FAKE_ABI_12 ? md_daemon_layout_ex(f->cmd_cap, f->seqs, &f->doff)
+				       : md_daemon_layout(f->cmd_cap, &f->doff);
 }
 
 /* The reply: "OK ..." with the segments and doorbells (two fds for FK_FEW_FDS). */
@@ -144,7 +150,9 @@ static inline void *fake_serve(void *arg)
 	f->dseg = mmap(NULL, f->dsz, PROT_READ | PROT_WRITE, MAP_SHARED, dfd, 0);
 	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
 	struct md_segment_header h = {
-		.abi_major = MD_ABI_MAJOR, .abi_minor = f->v12 ? 2 : f->prof->abi_minor,
+		.abi_major = MD_ABI_MAJOR,
+		.abi_minor = f->abi == FAKE_ABI_13 ? 3
+			   : f->abi == FAKE_ABI_12 ? 2 : f->prof->abi_minor,
 		.header_size = sizeof(struct md_segment_header), .engine_id = f->prof->engine_id,
 		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
 		.stats_capacity = f->stats_cap, .cmd_capacity = f->cmd_cap,
@@ -171,7 +179,7 @@ static inline void *fake_serve(void *arg)
 	f->dctrl = (void *)(f->dseg + f->doff.ctrl);
 	f->ectrl = (void *)(f->eseg + f->eo.ctrl);
 	f->params = (void *)(f->dseg + f->doff.params);
-	f->protect = f->v12 ? (void *)(f->dseg + f->doff.seq_protect) : NULL;
+	f->protect = f->abi >= FAKE_ABI_12 ? (void *)(f->dseg + f->doff.seq_protect) : NULL;
 	f->dctrl->instance_id = f->prof->instance_id;
 	f->prof->params(f->params);
 	md_store_release(&f->dctrl->heartbeat_ns, 1);
@@ -199,12 +207,12 @@ static inline void *fake_serve(void *arg)
 /* A new fake daemon serving one HELLO; dir != NULL reuses a socket directory
  * (a restart). */
 static inline void fake_start_at(struct fake *f, const struct fake_profile *prof,
-				 enum fake_mode mode, int v12, const char *dir)
+				 enum fake_mode mode, int abi, const char *dir)
 {
 	memset(f, 0, sizeof(*f));
 	f->prof = prof;
 	f->mode = mode;
-	f->v12 = v12;
+	f->abi = abi;
 	f->conn = f->db_d = f->db_e = -1;
 	f->stats_cap = 64;
 	f->cmd_cap = 16;
@@ -246,11 +254,11 @@ static inline void fake_stop(struct fake *f)
 
 /* Start a well-behaved fake and attach to it with cfg (whose socket_path is
  * f->path); the attach must succeed. */
-static inline md_client *fake_attach(struct fake *f, const struct fake_profile *prof, int v12,
+static inline md_client *fake_attach(struct fake *f, const struct fake_profile *prof, int abi,
 				     const struct md_client_config *cfg)
 {
 	md_client *c = NULL;
-	fake_start_at(f, prof, FK_OK, v12, NULL);
+	fake_start_at(f, prof, FK_OK, abi, NULL);
 	int rc = md_client_create_attached(cfg, &c);
 	fake_join(f);
 	ck_assert_msg(rc == 0, "attach: %s", md_strerror(rc));

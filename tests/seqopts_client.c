@@ -5,13 +5,16 @@
  * evicted to it while sequence 1 (the engine's: none) is not; sequence 2 gets
  * h2o with 64 tokens, and the library's protected pages and floor come from
  * the window the daemon publishes (floor(0.5 x 16 pages) = 8); md_seq_end
- * gives sequence 0 the engine's options back.  Prints one line,
+ * gives sequence 0 the engine's options back.  Sequence 2 is also retained
+ * with a session tag (ABI 1.3), which `sessions --json` must show, and
+ * sequence 1 running with none.  Prints one line,
  * "ok evicted=A/B protected=K floor=F", or the first failure (exit 1).
  *
  *   seqopts_client SOCK
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "memdecay.h"
@@ -80,6 +83,9 @@ int main(int argc, char **argv)
 	md_seq_options_init(&o);
 	o.policy = MD_POLICY_H2O;
 	o.budget_sequence_tokens = 64;
+	o.state = MD_SEQ_RETAINED;
+	static const char id[] = "agent session 42";
+	md_seq_session_tag(id, sizeof(id) - 1, o.session);   /* "agent?se" */
 	if (md_seq_set_options(c, 2, &o) != 0)
 		return fail("md_seq_set_options(2)");
 	uint32_t slot, gen;
@@ -102,6 +108,17 @@ int main(int argc, char **argv)
 	uint64_t floor = md_seq_floor(c, 2);
 	if (floor != 2 * P) /* both pages are within the window of 8 */
 		return fail("floor of sequence 2");
+	/* the daemon took the session: the record was ingested before the
+	 * window it published for the same sequence */
+	static char reply[16384];
+	if (md_control(argv[1], "sessions --json --engine seqopts-lib", reply, sizeof(reply),
+		       5000) < 0)
+		return fail("sessions --json");
+	const char *s2 = strstr(reply, "\"seq\":2,"), *s1 = strstr(reply, "\"seq\":1,");
+	if (!s2 || !strstr(s2, "\"state\":\"retained\",\"session\":\"agent?se\"}"))
+		return fail("sequence 2 not retained as agent?se in sessions");
+	if (!s1 || !strstr(s1, "\"state\":\"running\",\"session\":null}"))
+		return fail("sequence 1 not running without a tag in sessions");
 	if (md_seq_end(c, 0) != 0)
 		return fail("md_seq_end");
 	if (md_seq_get_options(c, 0, &o) != 0 || o.budget_sequence_tokens != -1 ||

@@ -1,7 +1,7 @@
 /*
  * seqopts_engine.c — an engine that speaks the ABI by hand (shm_layout/ only)
- * to check per-sequence options end to end (ABI 1.2, docs/abi.md): it
- * attaches with HELLO abi=1.MINOR and, as a 1.2 engine,
+ * to check per-sequence options end to end (ABI 1.2 and 1.3, docs/abi.md): it
+ * attaches with HELLO abi=1.MINOR and, as a 1.2 or 1.3 engine,
  *   A. gives sequence 0 its own budget of 16 tokens (entry and record) and
  *      fills sequences 0 and 1 with 32 tokens each: only sequence 0 is
  *      evicted, down to 16;
@@ -13,6 +13,13 @@
  *   D. writes sequence 3's entry (budget 8) without a record, then asks for
  *      a resync: the daemon reads the entry and evicts sequence 3 to 8;
  *   E. ends sequence 0 (its options reset) and fills it again: no eviction.
+ * A 1.3 engine also gives each sequence a session (state and tag, memdecayctl
+ * sessions shows them): sequence 0 retained "old-0" in A (its end in E makes
+ * it running, no tag), sequence 1 running "run-1", sequence 2 retained
+ * "conv-7" in B, sequence 3 retained "resync!" in D (the entry only: the
+ * resync reads it); in C three more hostile records (state 2, a tag with a
+ * blank, a tag with a byte after its NUL).  A 1.2 engine instead sends one
+ * record whose reserved words hold the same garbage: ignored, as in 1.2.
  * As a 1.1 engine it checks that its engine segment has no options array,
  * sends one option record (an unknown record type for 1.1: rejected) and is
  * still served.  The engine frees every page the daemon evicts.
@@ -246,10 +253,16 @@ static int wait_for(const volatile uint32_t *v, uint32_t want, unsigned ms)
 	return v ? -1 : 0;
 }
 
-/* the entry first (odd version while writing), then the record */
+/* the entry first (odd version while writing), then the record; state and
+ * the tag's 8 bytes (tag NULL: none) go in the 1.3 words, which a 1.2 engine
+ * leaves zero unless it means to test that they are ignored */
 enum { ENTRY = 1, RECORD = 2 };
-static void seq_options(uint32_t seq, uint32_t policy, uint64_t budget, int how)
+static void seq_session(uint32_t seq, uint32_t policy, uint64_t budget, uint32_t state,
+			const char *tag, int how)
 {
+	uint8_t t[MD_SEQ_SESSION_LEN] = { 0 };
+	if (tag)
+		memcpy(t, tag, sizeof(t));   /* callers give 8 bytes, NUL-padded */
 	if (seq_opts && seq < SEQS && (how & ENTRY)) {
 		struct md_seq_opts *o = &seq_opts[seq];
 		uint32_t v = md_load_relaxed(&o->version) & ~1u;
@@ -257,6 +270,9 @@ static void seq_options(uint32_t seq, uint32_t policy, uint64_t budget, int how)
 		__atomic_thread_fence(__ATOMIC_RELEASE);
 		md_store_relaxed(&o->policy, policy);
 		md_store_relaxed(&o->budget_sequence_tokens, budget);
+		md_store_relaxed(&o->state, state);
+		for (unsigned i = 0; i < MD_SEQ_SESSION_LEN; i++)
+			md_store_relaxed(&o->session[i], t[i]);
 		md_store_release(&o->version, v + 2);
 	}
 	if (!(how & RECORD))
@@ -264,7 +280,14 @@ static void seq_options(uint32_t seq, uint32_t policy, uint64_t budget, int how)
 	struct md_stats_rec *r = rec_next(MD_REC_SEQ_OPTS, seq);
 	r->u.seq_opts.policy = policy;
 	r->u.seq_opts.budget_sequence_tokens = budget;
+	r->u.seq_opts.state = state;
+	memcpy(r->u.seq_opts.session, t, sizeof(t));
 	rec_push();
+}
+
+static void seq_options(uint32_t seq, uint32_t policy, uint64_t budget, int how)
+{
+	seq_session(seq, policy, budget, MD_SEQ_RUNNING, NULL, how);
 }
 
 static void end_seq(uint32_t seq)
@@ -289,12 +312,16 @@ static uint32_t protect(uint32_t seq)
 	return seq_protect ? md_load_relaxed(&seq_protect[seq]) : 0;
 }
 
-static void run_12(void)
+static void run_12(unsigned minor)
 {
+	int v13 = minor >= 3;
 	if (!seq_opts)
-		bad("a 1.2 engine segment without seq_opts");
-	/* A: its own budget */
-	seq_options(0, MD_SEQ_ENGINE_U32, 16, ENTRY | RECORD);
+		bad("a 1.%u engine segment without seq_opts", minor);
+	/* A: its own budget (1.3: and a session, which its end in E resets) */
+	if (v13)
+		seq_session(0, MD_SEQ_ENGINE_U32, 16, MD_SEQ_RETAINED, "old-0\0\0", ENTRY | RECORD);
+	else
+		seq_options(0, MD_SEQ_ENGINE_U32, 16, ENTRY | RECORD);
 	for (int i = 0; i < 8; i++) {
 		open_page(0);
 		open_page(1);
@@ -304,8 +331,16 @@ static void run_12(void)
 	wait_for(NULL, 0, 200);
 	if (evicted[0] != 4 || evicted[1] != 0)
 		bad("A: evicted %u/%u pages of sequences 0/1, want 4/0", evicted[0], evicted[1]);
-	/* B: h2o's window on its own budget, published */
-	seq_options(2, MD_POLICY_H2O, 64, ENTRY | RECORD);
+	/* B: h2o's window on its own budget, published (1.3: retained, and
+	 * sequence 1 a tag while it runs; 1.2: garbage in the reserved words) */
+	if (v13) {
+		seq_session(2, MD_POLICY_H2O, 64, MD_SEQ_RETAINED, "conv-7\0\0", ENTRY | RECORD);
+		seq_session(1, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64, MD_SEQ_RUNNING, "run-1\0\0\0",
+			    ENTRY | RECORD);
+	} else {
+		seq_options(2, MD_POLICY_H2O, 64, ENTRY | RECORD);
+		seq_session(1, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64, 7, "a b\0c\x01\0\0", RECORD);
+	}
 	open_page(2);
 	open_page(2);
 	for (int i = 0; i < 5000 && protect(2) != 8; i++)
@@ -316,13 +351,23 @@ static void run_12(void)
 	seq_options(99, MD_SEQ_ENGINE_U32, 8, RECORD);
 	seq_options(1, 77, MD_SEQ_ENGINE_U64, RECORD);
 	seq_options(1, MD_SEQ_ENGINE_U32, 1ull << 60, RECORD);
+	if (v13) {
+		seq_session(1, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64, 2, NULL, RECORD);
+		seq_session(1, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64, MD_SEQ_RUNNING,
+			    "a b\0\0\0\0\0", RECORD);
+		seq_session(1, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64, MD_SEQ_RETAINED, "ab\0cdef\0",
+			    RECORD);
+	}
 	/* D: the table's entry, read at a resync */
 	for (int i = 0; i < 4; i++)
 		open_page(3);
 	wait_for(NULL, 0, 200);
 	if (evicted[3])
 		bad("D: sequence 3 lost pages before it had a budget");
-	seq_options(3, MD_SEQ_ENGINE_U32, 8, ENTRY);
+	if (v13)
+		seq_session(3, MD_SEQ_ENGINE_U32, 8, MD_SEQ_RETAINED, "resync!\0", ENTRY);
+	else
+		seq_options(3, MD_SEQ_ENGINE_U32, 8, ENTRY);
 	wait_for(NULL, 0, 100);
 	if (evicted[3])
 		bad("D: sequence 3 lost pages with no record and no resync");
@@ -373,7 +418,7 @@ int main(int argc, char **argv)
 		    (unsigned long long)dseg_size, (unsigned long long)dh.off.daemon.seq_protect,
 		    (unsigned long long)size, (unsigned long long)want.seq_protect);
 	if (minor >= 2)
-		run_12();
+		run_12(minor);
 	else
 		run_11();
 	printf("{\"minor\":%u,\"seq_opts_off\":%llu,\"seq_protect_off\":%llu,"

@@ -463,7 +463,8 @@ static int cmd_top(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf 
 
 /* Every live sequence of the engines this peer may see: an engine that keeps a
  * conversation's cache between requests keeps its sequence, so these are its
- * sessions (docs/operations.md, "Sessions"). */
+ * sessions (docs/operations.md, "Sessions").  A 1.3 engine says which are
+ * retained between turns and tags each with its session id's first bytes. */
 static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__sbuf *b,
 			char *err, size_t errlen)
 {
@@ -480,9 +481,9 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 	if (r->json)
 		md__sbuf_printf(b, "{\"sessions\":[");
 	else
-		md__sbuf_printf(b, "%-6s %-16s %-6s %10s %10s %10s %6s %6s %10s %9s\n", "ENGINE", "NAME",
-				"SEQ", "TOKENS", "EVICTED", "SPAN", "PAGES", "TURNS", "CLOCK",
-				"IDLE_S");
+		md__sbuf_printf(b, "%-6s %-16s %-6s %-8s %-8s %10s %10s %10s %6s %6s %10s %9s\n",
+				"ENGINE", "NAME", "SEQ", "STATE", "SESSION", "TOKENS", "EVICTED",
+				"SPAN", "PAGES", "TURNS", "CLOCK", "IDLE_S");
 	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (!visible(e) || (only && e != only))
 			continue;
@@ -495,6 +496,10 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 			const struct md__seq_info *q = &s[i];
 			uint64_t evicted = q->span_tokens - q->tokens_live;
 			double idle = q->idle_ns == UINT64_MAX ? -1.0 : (double)q->idle_ns / 1e9;
+			const char *state = q->state == MD_SEQ_RETAINED ? "retained" : "running";
+			char tag[MD_SEQ_SESSION_LEN + 1]; /* the host checked: printable, NULs */
+			memcpy(tag, q->session, MD_SEQ_SESSION_LEN);
+			tag[MD_SEQ_SESSION_LEN] = 0;
 			if (r->json) {
 				md__sbuf_printf(b, "%s{\"engine\":%u,\"name\":", shown ? "," : "",
 						e->id);
@@ -510,10 +515,16 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 						(unsigned long long)q->budget_tokens,
 						q->own_options ? "true" : "false");
 				md__sbuf_json_str(b, md__policy_name(q->policy));
+				md__sbuf_printf(b, ",\"state\":\"%s\",\"session\":", state);
+				if (tag[0])
+					md__sbuf_json_str(b, tag);
+				else
+					md__sbuf_printf(b, "null");
 				md__sbuf_printf(b, "}");
 			} else {
-				md__sbuf_printf(b, "%-6u %-16.16s %-6u %10llu %10llu %10llu %6u %6u %10llu %9.1f\n",
-						e->id, e->name, q->seq,
+				md__sbuf_printf(b, "%-6u %-16.16s %-6u %-8s %-8s %10llu %10llu %10llu %6u %6u "
+						   "%10llu %9.1f\n",
+						e->id, e->name, q->seq, state, tag[0] ? tag : "-",
 						(unsigned long long)q->tokens_live,
 						(unsigned long long)evicted,
 						(unsigned long long)q->span_tokens, q->pages, q->turns,

@@ -101,6 +101,7 @@ STATS_U64(budget_engine_pages)
 STATS_U64(decisions)
 STATS_U64(decision_ns_total)
 STATS_U64(seqs_own_options)
+STATS_U64(seqs_retained)
 STATS_U64(seq_options_applied)
 
 ECTRL_U64(attn_dropped)
@@ -298,14 +299,19 @@ const struct md__metric md__metrics[] = {
 	  "memdecay_cmds_stale_total", COUNTER,
 	  "Commands the engine ignored (generation changed).", 24, .get = x_cmds_stale },
 	/* ABI 1.2: sequences with their own options (docs/operations.md) */
-	{ E(COUNT), "abi_minor", " (ABI 1.%llu engine)", 28, NULL, NULL, NULL, 0,
+	{ E(COUNT), "abi_minor", " (ABI 1.%llu engine)", 29, NULL, NULL, NULL, 0,
 	  .get = e_abi_minor },
 	{ E(COUNT), "seqs_own_options", "  sequences       %llu with own options", 27,
 	  "memdecay_seqs_own_options", GAUGE, "Sequences with options of their own (ABI 1.2).", 30,
 	  .get = s_seqs_own_options },
-	{ E(COUNT), "seq_options", "; %llu option records", 29, NULL, NULL, NULL, 0,
+	/* ABI 1.3: sequences kept for their session's next turn ("Sessions") */
+	{ E(COUNT), "seqs_retained", ", %llu retained", 28,
+	  "memdecay_seqs_retained", GAUGE,
+	  "Sequences the engine retains for a session's next turn (ABI 1.3).", 31,
+	  .get = s_seqs_retained },
+	{ E(COUNT), "seq_options", "; %llu option records", 30, NULL, NULL, NULL, 0,
 	  .get = s_seq_options_applied },
-	{ E(COUNT), "seq_options_torn", ", %llu entries torn at resync\n", 30, NULL, NULL, NULL, 0,
+	{ E(COUNT), "seq_options_torn", ", %llu entries torn at resync\n", 31, NULL, NULL, NULL, 0,
 	  .get = e_seq_opts_torn },
 	{ E(COUNT), "seq_protect_writes", NULL, 0, NULL, NULL, NULL, 0,
 	  .get = e_seq_protect_writes },

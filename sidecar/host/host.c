@@ -403,6 +403,8 @@ size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_
 				o->policy = md__seq_policy(h, e, s);
 				o->own_options = s->own_policy != MD_SEQ_ENGINE_U32 ||
 						 s->own_budget != MD_SEQ_ENGINE_U64;
+				o->state = s->retained ? MD_SEQ_RETAINED : MD_SEQ_RUNNING;
+				memcpy(o->session, s->session, sizeof(o->session));
 			}
 			n++;
 		}
@@ -432,6 +434,7 @@ int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 	out->decisions = e->decisions;
 	out->decision_ns_total = e->decision_ns_total;
 	out->seqs_own_options = e->own_n;
+	out->seqs_retained = e->retained_n;
 	out->seq_options_applied = e->seq_opts_applied;
 	return 0;
 }
@@ -572,9 +575,17 @@ int md__host_resync_seq_opts(struct md__host *h, uint32_t engine_id, uint32_t se
 	struct md__engine *e = md__host_find(h, engine_id);
 	if (!e)
 		return -MD__REJ_STATE;
-	if (o->version == 0) /* never written: the engine's options */
-		return md__seq_set_opts(h, e, seq, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64);
-	return md__seq_set_opts(h, e, seq, o->policy, o->budget_sequence_tokens);
+	/* version 0: never written, the engine's options */
+	struct md__seq_own own = { .policy = MD_SEQ_ENGINE_U32, .budget = MD_SEQ_ENGINE_U64 };
+	if (o->version != 0) {
+		own.policy = o->policy;
+		own.budget = o->budget_sequence_tokens;
+		if (e->abi_minor >= 3) { /* 1.2: reserved words, ignored as they were */
+			own.state = o->state;
+			memcpy(own.session, o->session, sizeof(own.session));
+		}
+	}
+	return md__seq_set_opts(h, e, seq, &own);
 }
 
 /* ---- what the transport publishes: protection counts, sequence options ---- */
@@ -620,5 +631,7 @@ int md__host_seq_opts_get(const struct md__host *h, uint32_t engine_id, uint32_t
 	out->budget = s->own_budget;
 	out->budget_effective = md__seq_budget_tokens(h, e, s);
 	out->k_protect = s->k_protect;
+	out->state = s->retained ? MD_SEQ_RETAINED : MD_SEQ_RUNNING;
+	memcpy(out->session, s->session, sizeof(out->session));
 	return 0;
 }

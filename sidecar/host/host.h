@@ -30,7 +30,8 @@ enum md__reject {
 	MD__REJ_REGION = 9,        /* region id unknown */
 	MD__REJ_SPAN = 10,         /* relabel span empty, reversed or unknown */
 	MD__REJ_POS = 11,          /* first_pos overlaps another page of the sequence */
-	MD__REJ_OPTIONS = 12,      /* sequence options: unknown policy, budget past the limit */
+	MD__REJ_OPTIONS = 12,      /* sequence options: unknown policy, budget past the limit,
+				      (1.3) unknown state, a session tag not printable */
 	MD__REJ_COUNT = 13,
 };
 const char *md__reject_name(int reason);   /* "slot", "generation", ... */
@@ -114,8 +115,9 @@ void md__host_resync_prune(struct md__host *h, uint32_t engine_id,
 void md__host_resync_end(struct md__host *h, uint32_t engine_id);
 /* A sequence's options as its engine's table holds them (ABI 1.2, a copy
  * taken under the entry's version word; version 0: never written, the
- * engine's options).  Validated as an MD_REC_SEQ_OPTS record: 0 or -reason,
- * counted by the caller. */
+ * engine's options; the state and session tag from a 1.3 engine only).
+ * Validated as an MD_REC_SEQ_OPTS record: 0 or -reason, counted by the
+ * caller. */
 int md__host_resync_seq_opts(struct md__host *h, uint32_t engine_id, uint32_t seq,
 			     const struct md_seq_opts *o);
 
@@ -133,6 +135,8 @@ struct md__seq_opts_info {
 	uint64_t budget;           /* own, or MD_SEQ_ENGINE_U64 */
 	uint64_t budget_effective; /* 0: none */
 	uint32_t k_protect;
+	uint32_t state;            /* enum md_seq_state (1.3) */
+	uint8_t session[MD_SEQ_SESSION_LEN]; /* its session tag, all NUL: none (1.3) */
 };
 int md__host_seq_opts_get(const struct md__host *h, uint32_t engine_id, uint32_t seq,
 			  struct md__seq_opts_info *out);
@@ -190,6 +194,8 @@ struct md__seq_info {
 	uint64_t budget_tokens;    /* its effective token budget (0: none) */
 	uint32_t policy;           /* its effective policy */
 	uint32_t own_options;      /* 1: it has options of its own (ABI 1.2) */
+	uint32_t state;            /* enum md_seq_state (ABI 1.3; older engines: running) */
+	uint8_t session[MD_SEQ_SESSION_LEN]; /* its session tag, all NUL: none (ABI 1.3) */
 };
 /* Fills up to cap entries, engine (attach order) then sequence order, for
  * every engine (engine_id = UINT32_MAX) or one, idle times as of now_ns (the
@@ -213,6 +219,7 @@ struct md__engine_stats {
 	uint64_t decisions;
 	uint64_t decision_ns_total;
 	uint64_t seqs_own_options;   /* sequences with own options now */
+	uint64_t seqs_retained;      /* sequences retained for a session's next turn (1.3) */
 	uint64_t seq_options_applied; /* MD_REC_SEQ_OPTS records taken */
 };
 int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,

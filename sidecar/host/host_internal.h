@@ -65,6 +65,10 @@ struct md__seq {
 	uint32_t own_policy;
 	uint32_t own_pos;
 	uint64_t own_budget;
+	/* its session (ABI 1.3, operators only: no decision reads them): the
+	 * engine's state and session tag; zero from an older engine */
+	uint8_t session[MD_SEQ_SESSION_LEN];
+	uint8_t retained;         /* MD_SEQ_RETAINED */
 	uint32_t k_published;     /* k_protect as last handed to md__host_protect_changes */
 	uint8_t kpub_queued;      /* in e->kpub_seqs */
 };
@@ -116,6 +120,7 @@ struct md__engine {
 	/* sequences with own options (docs/policies.md, "Per-sequence options") */
 	uint32_t *own_seqs;       /* [max_seqs] */
 	uint32_t own_n;
+	uint32_t retained_n;      /* sequences in state MD_SEQ_RETAINED (1.3) */
 	uint64_t seq_opts_applied; /* MD_REC_SEQ_OPTS records taken */
 	/* protection counts to publish: sequences whose k_protect may have moved
 	 * since md__host_protect_changes last ran, or all of them (kpub_all) */
@@ -245,9 +250,17 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		  uint64_t clock);
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
 /* A sequence's own options (policy, budget_sequence_tokens; MD_SEQ_ENGINE_x:
- * the engine's), validated as an MD_REC_SEQ_OPTS record: 0 or -reason. */
-int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t policy,
-		     uint64_t budget);
+ * the engine's) and, ABI 1.3, its session state and tag (an older engine's
+ * are taken as running, no tag), validated as an MD_REC_SEQ_OPTS record:
+ * 0, or -reason and nothing changed. */
+struct md__seq_own {
+	uint32_t policy;
+	uint32_t state;           /* enum md_seq_state */
+	uint64_t budget;
+	uint8_t session[MD_SEQ_SESSION_LEN];
+};
+int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq,
+		     const struct md__seq_own *o);
 /* queues sequence q for md__host_protect_changes */
 static inline void md__kpub_note(struct md__engine *e, uint32_t q)
 {

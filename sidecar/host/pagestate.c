@@ -410,17 +410,30 @@ static void own_note(struct md__engine *e, uint32_t q)
 
 /* A sequence's own options.  What they change follows at once: its place in
  * the over-budget set (budget), its sink flags (policy) and its protection
- * count; when the index is not live, its rebuild does the last two. */
-int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t policy,
-		     uint64_t budget)
+ * count; when the index is not live, its rebuild does the last two.  Its
+ * session state and tag change nothing the daemon decides: they are only
+ * shown (memdecayctl sessions), so they are checked with the rest (a record
+ * is taken whole or not at all) and stored. */
+int md__seq_set_opts(struct md__host *h, struct md__engine *e, uint32_t seq,
+		     const struct md__seq_own *o)
 {
 	if (seq >= e->max_seqs)
 		return -MD__REJ_SEQ;
+	uint32_t policy = o->policy;
+	uint64_t budget = o->budget;
 	if (policy != MD_SEQ_ENGINE_U32 && policy >= MD_POLICY_COUNT)
 		return -MD__REJ_OPTIONS;
 	if (budget != MD_SEQ_ENGINE_U64 && budget > MD__SEQ_BUDGET_MAX)
 		return -MD__REJ_OPTIONS;
+	if (o->state >= MD_SEQ_STATE_COUNT || !md_seq_session_ok(o->session))
+		return -MD__REJ_OPTIONS;
 	struct md__seq *s = &e->seqs[seq];
+	uint8_t retained = o->state == MD_SEQ_RETAINED;
+	if (retained != s->retained) {
+		e->retained_n += retained ? 1u : (uint32_t)-1;
+		s->retained = retained;
+	}
+	memcpy(s->session, o->session, sizeof(s->session));
 	if (s->own_policy == policy && s->own_budget == budget)
 		return 0;
 	uint32_t old_pol = md__seq_policy(h, e, s);
@@ -456,7 +469,10 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	s->turn_n = 0;
 	s->active_ns = 0;
 	md__ob_note(e, seq);
-	md__seq_set_opts(h, e, seq, MD_SEQ_ENGINE_U32, MD_SEQ_ENGINE_U64); /* the engine's again */
+	static const struct md__seq_own engine_own = { .policy = MD_SEQ_ENGINE_U32,
+						       .state = MD_SEQ_RUNNING,
+						       .budget = MD_SEQ_ENGINE_U64 };
+	md__seq_set_opts(h, e, seq, &engine_own); /* the engine's again, running, no tag */
 }
 
 static int page_grow(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
@@ -712,8 +728,13 @@ int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_st
 	case MD_REC_SEQ_OPTS: {
 		if (e->abi_minor < 2)
 			return -MD__REJ_TYPE; /* not a record of the ABI it speaks */
-		int rc = md__seq_set_opts(h, e, r->seq, r->u.seq_opts.policy,
-					  r->u.seq_opts.budget_sequence_tokens);
+		struct md__seq_own o = { .policy = r->u.seq_opts.policy,
+					 .budget = r->u.seq_opts.budget_sequence_tokens };
+		if (e->abi_minor >= 3) { /* 1.2: reserved words, ignored as they were */
+			o.state = r->u.seq_opts.state;
+			memcpy(o.session, r->u.seq_opts.session, sizeof(o.session));
+		}
+		int rc = md__seq_set_opts(h, e, r->seq, &o);
 		if (!rc)
 			e->seq_opts_applied++;
 		return rc;

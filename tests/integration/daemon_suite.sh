@@ -465,12 +465,14 @@ PYEOF
 
 seqopts)
 	# Per-sequence options (ABI 1.2): tests/seqopts_engine.c speaks them by
-	# hand as a 1.2 engine (own budget, own policy and its published window,
-	# hostile records, a resync that reads the table, the end that resets)
+	# hand as a 1.3 and a 1.2 engine (own budget, own policy and its published
+	# window, hostile records, a resync that reads the table, the end that
+	# resets; 1.3: each sequence's session state and tag, which `sessions`
+	# shows, and hostile ones; 1.2: garbage in those reserved words, ignored)
 	# and as a 1.1 engine (no options array; its option record is an unknown
 	# type, counted; still served).  Its line says what it saw; the daemon's
-	# stats must count the same.  Then tests/seqopts_client.c does it through
-	# libmemdecay.
+	# stats, sessions and metrics must say the same.  Then
+	# tests/seqopts_client.c does it through libmemdecay.
 	so_run() { # MINOR
 		"$BIN/seqopts_engine" "$SOCK" "$1" >"$D/so$1.out" 2>"$D/so$1.err" &
 		local pid=$!
@@ -482,26 +484,55 @@ seqopts)
 		done
 		grep -q errors "$D/so$1.out" || fail "seqopts_engine 1.$1 did not finish"
 		ctl --json stats >"$D/so$1.json" || fail "stats failed"
+		ctl --json sessions --engine "seqopts-1.$1" >"$D/so$1.sessions.json" ||
+			fail "sessions --json failed"
+		ctl sessions --engine "seqopts-1.$1" >"$D/so$1.sessions.txt" || fail "sessions failed"
+		ctl metrics >"$D/so$1.prom" || fail "metrics failed"
 		kill -TERM "$pid"
 		wait "$pid" || fail "seqopts_engine 1.$1: $(cat "$D/so$1.out")"
 	}
 	so_check() { # MINOR
-		python3 - "$D/so$1.out" "$D/so$1.json" "$1" <<'PYEOF'
+		python3 - "$D/so$1.out" "$D/so$1.json" "$1" "$D/so$1.sessions.json" \
+			"$D/so$1.sessions.txt" "$D/so$1.prom" <<'PYEOF'
 import json, sys
 line, st, minor = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+sess, text, prom = json.load(open(sys.argv[4])), open(sys.argv[5]).read(), open(sys.argv[6]).read()
 errs = [line["errors"]] if line["errors"] else []
 e = [x for x in st["engines"] if x["name"] == "seqopts-1.%d" % minor]
+rows = {r["seq"]: (r["state"], r["session"]) for r in sess["sessions"]}
+retained = 2 if minor >= 3 else 0
 if len(e) != 1:
     errs.append("engine not in stats")
 else:
     e = e[0]
     rej = e["rejected"]
-    if minor >= 2:
-        want = {"abi_minor": 2, "seqs_own_options": 2, "seq_options": 2, "violations": 3}
+    if minor >= 3:
+        # three hostile sessions besides the 1.2 hostile options; run-1's record
+        want = {"abi_minor": 3, "seqs_own_options": 2, "seq_options": 3, "violations": 6,
+                "seqs_retained": 2}
+        if rej["options"] != 5 or rej["sequence"] != 1 or rej["type"] != 0:
+            errs.append("rejected %s: want options 5, sequence 1" % rej)
+        want_rows = {0: ("running", None), 1: ("running", "run-1"), 2: ("retained", "conv-7"),
+                     3: ("retained", "resync!")}
+    elif minor == 2:
+        # the record with garbage in its reserved words is taken, the garbage ignored
+        want = {"abi_minor": 2, "seqs_own_options": 2, "seq_options": 3, "violations": 3,
+                "seqs_retained": 0}
         if rej["options"] != 2 or rej["sequence"] != 1 or rej["type"] != 0:
             errs.append("rejected %s: want options 2, sequence 1" % rej)
+        want_rows = {q: ("running", None) for q in range(4)}
+    if minor >= 2:
         if e["resyncs"] != 1 or e["seq_protect_writes"] < 4:
             errs.append("resyncs %d, seq_protect writes %d" % (e["resyncs"], e["seq_protect_writes"]))
+        if rows != want_rows:
+            errs.append("sessions %s, want %s" % (rows, want_rows))
+        # the text: one row per sequence, its state and tag ("-": none)
+        lines = [l.split() for l in text.splitlines()]
+        if lines[0][3:5] != ["STATE", "SESSION"]:
+            errs.append("sessions text header %s" % lines[0])
+        got = {int(l[2]): (l[3], None if l[4] == "-" else l[4]) for l in lines[1:]}
+        if got != want_rows:
+            errs.append("sessions text %s, want %s" % (got, want_rows))
     else:
         want = {"abi_minor": 1, "seqs_own_options": 0, "seq_options": 0, "violations": 1}
         if rej["type"] != 1 or rej["options"] != 0:
@@ -512,11 +543,15 @@ else:
     for k, v in want.items():
         if e[k] != v:
             errs.append("%s %s, want %s" % (k, e[k], v))
+    sample = 'memdecay_seqs_retained{engine="%d",name="seqopts-1.%d"} %d\n' % (e["id"], minor,
+                                                                             retained)
+    if sample not in prom:
+        errs.append("metrics lack %r" % sample)
 print("; ".join(errs))
 PYEOF
 	}
 	start_daemon
-	for m in 2 1; do
+	for m in 3 2 1; do
 		so_run $m
 		bad=$(so_check $m)
 		[ -z "$bad" ] || fail "ABI 1.$m: $bad ($(cat "$D/so$m.out"))"
@@ -524,7 +559,8 @@ PYEOF
 	# and through libmemdecay (md_seq_set_options, md_seq_floor from seq_protect)
 	"$BIN/seqopts_client" "$SOCK" >"$D/solib.out" 2>"$D/solib.err" ||
 		fail "seqopts_client: $(cat "$D/solib.out" "$D/solib.err")"
-	echo "1.2: $(cat "$D/so2.out"); 1.1: $(cat "$D/so1.out"); libmemdecay: $(cat "$D/solib.out")"
+	echo "1.3: $(cat "$D/so3.out"); 1.2: $(cat "$D/so2.out"); 1.1: $(cat "$D/so1.out");" \
+		"libmemdecay: $(cat "$D/solib.out")"
 	;;
 
 *)

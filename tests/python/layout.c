@@ -52,7 +52,8 @@ int main(void)
 			  F(md_page_entry, labels), F(md_page_entry, open_clock),
 			  F(md_page_entry, resv1)));
 	S(md_seq_options, (F(md_seq_options, size), F(md_seq_options, policy),
-			   F(md_seq_options, budget_sequence_tokens)));
+			   F(md_seq_options, budget_sequence_tokens), F(md_seq_options, state),
+			   F(md_seq_options, session)));
 	S(md_settle_result, (F(md_settle_result, outcome), F(md_settle_result, applied),
 			     F(md_settle_result, waited), F(md_settle_result, resv),
 			     F(md_settle_result, wait_ns)));

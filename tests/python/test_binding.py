@@ -260,9 +260,29 @@ class Contract(unittest.TestCase):
 
     def test_detached(self):
         c = memdecay.Client(socket_path=self.sock, page_capacity=16, max_seqs=2)
-        self.assertEqual(c.seq_options(1), {"policy": None, "budget": None})
+        none = {"policy": None, "budget": None, "retained": False, "session": None}
+        self.assertEqual(c.seq_options(1), none)
         self.assertEqual(c.seq_set_options(1, policy=2, budget=48), memdecay.DETACHED)
-        self.assertEqual(c.seq_options(1), {"policy": 2, "budget": 48})
+        self.assertEqual(c.seq_options(1), dict(none, policy=2, budget=48))
+        # the session keeps the options, the options keep the session
+        self.assertEqual(c.seq_set_session(1, True, "conversation é 1"), memdecay.DETACHED)
+        self.assertEqual(c.seq_options(1), {"policy": 2, "budget": 48, "retained": True,
+                                            "session": "conversa"})
+        self.assertEqual(c.seq_set_options(1, policy=2, budget=40), memdecay.DETACHED)
+        self.assertEqual(c.seq_options(1)["session"], "conversa")
+        self.assertTrue(c.seq_options(1)["retained"])
+        c.seq_set_session(1, False, b"a b\x00\xff")
+        self.assertEqual(c.seq_options(1), {"policy": 2, "budget": 40, "retained": False,
+                                            "session": "a?b??"})
+        c.seq_set_session(1, True, "éé")                 # UTF-8: four bytes past ASCII
+        self.assertEqual(c.seq_options(1)["session"], "????")
+        c.seq_set_session(1, True)
+        self.assertIsNone(c.seq_options(1)["session"])
+        with self.assertRaises(TypeError):
+            c.seq_set_session(1, True, 42)
+        with self.assertRaises(memdecay.MemDecayError):
+            c.seq_set_session(2, True, "x")
+        c.seq_set_options(1, policy=2, budget=48)
         self.assertEqual(c.seq_budget_tokens(1), 48)
         slots = [c.page_open(1, pos, 16, memdecay.labels([2] * 16))[0] for pos in (32, 0, 16)]
         self.assertEqual(c.seq_pages(1), [slots[1], slots[2], slots[0]])
@@ -279,7 +299,7 @@ class Contract(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.settle([1], [1, 2], apply=lambda ev: True)
         c.seq_end(1)
-        self.assertEqual(c.seq_options(1), {"policy": None, "budget": None})
+        self.assertEqual(c.seq_options(1), none)
         c.close()
 
     def test_settle_and_callback_errors(self):
@@ -371,13 +391,40 @@ class Contract(unittest.TestCase):
         # a sequence of its own policy (recency: no window) gets the plain count
         self.assertEqual(c.seq_set_options(1, policy="recency", budget=64), 0)
         self.assertEqual(c.seq_options(1), {"policy": memdecay.policy_from_name("recency"),
-                                            "budget": 64})
+                                            "budget": 64, "retained": False, "session": None})
         self.assertEqual(c.seq_budget_tokens(1), 64)
         for i in range(3):
             c.page_open(1, i * 16, 16, user)
         c.publish(b, 0, steps=[(1, 48)])
         time.sleep(0.2)
         self.assertEqual(c.seq_protected_pages(1), protect)
+        c.close()
+
+    def test_session_in_sessions(self):
+        """ABI 1.3: a retained sequence and its tag reach `memdecayctl
+        sessions`, its policy and budget stay; the end makes it running."""
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=16,
+                            max_seqs=2, engine_name="py-session")
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        for q in (0, 1):
+            c.page_open(q, 0, 16, user)
+        self.assertEqual(c.seq_set_options(0, budget=96), 0)
+        self.assertEqual(c.seq_set_session(0, True, "agent-session-42"), 0)
+        self.assertEqual(c.seq_set_session(1, False, "turn 2"), 0)
+
+        def rows():
+            got = self.d.json("sessions", "--engine", "py-session")["sessions"]
+            return {r["seq"]: (r["state"], r["session"], r["budget_tokens"]) for r in got}
+        want = {0: ("retained", "agent-se", 96), 1: ("running", "turn?2", 0)}
+        wait_for(lambda: rows() == want, what="the sessions in memdecayctl sessions")
+        text = self.d.ctl("sessions", "--engine", "py-session").stdout
+        self.assertIn("retained agent-se", " ".join(text.split()))
+        stats = self.d.json("stats", "--engine", "py-session")["engines"][0]
+        self.assertEqual(stats["seqs_retained"], 1)
+        c.seq_end(0)
+        c.page_open(0, 0, 16, user)
+        wait_for(lambda: rows().get(0) == ("running", None, 0), what="the end to reset it")
         c.close()
 
     def test_maintain_reattaches(self):

@@ -193,27 +193,41 @@ int md_publish_batch(md_client *c, const uint32_t *step_seqs, const uint32_t *st
 		     uint32_t n_steps, const uint32_t *slots, const float *mass,
 		     const uint16_t *refresh, uint32_t n_pages, struct md_batch_result *res);
 
-/* ---- the engine contract (ABI 1.2, libmemdecay 0.3; docs/adapters.md) ----
+/* ---- the engine contract (ABI 1.3, libmemdecay 0.4; docs/adapters.md) ----
  * What every adapter needs beside publishing, kept once here: a sequence's
  * own options, its pages in position order, the tokens the daemon will never
  * evict, the wait for the daemon's decision when a sequence is over budget,
  * and reattach after a daemon restart. */
 
 /* A sequence's own options (struct md_seq_opts in the ABI).  A field left at
- * its init value means "the engine's setting".  Set before or after the
- * sequence's first page; the daemon sees the change at once (a lifecycle
- * record, never dropped) and again on every resync and reattach.  md_seq_end
- * resets them.  A 1.0/1.1 daemon cannot honour them: -ENOTSUP (the mirror
- * keeps them, and the library's floor and wait use them).
- * -EINVAL: seq >= max_seqs, an unknown policy id, size too small. */
+ * its init value means "the engine's setting" (state: running, no session
+ * tag).  Set before or after the sequence's first page; the daemon sees the
+ * change at once (a lifecycle record, never dropped) and again on every
+ * resync and reattach.  md_seq_end resets them.  A 1.0/1.1 daemon cannot
+ * honour them: -ENOTSUP (the mirror keeps them, and the library's floor and
+ * wait use them).  A 1.2 daemon takes the policy and budget (0) but has no
+ * words for the state and tag: the mirror keeps those and sends zeros (what
+ * 1.2 reserved), and a later 1.3 daemon gets them at reattach.
+ * -EINVAL: seq >= max_seqs, an unknown policy id or state, a session tag that
+ * is not bytes 0x21..0x7e followed only by NULs (md_seq_session_tag makes
+ * one), size too small.  Set every field: md_seq_set_options replaces them
+ * all, so an engine that changes one reads the others with
+ * md_seq_get_options first.  Grew in SOVERSION 2 (state, session). */
 struct md_seq_options {
 	uint32_t size;                  /* sizeof(struct md_seq_options) */
 	uint32_t policy;                /* enum md_policy_id; MD_SEQ_ENGINE_U32: the engine's */
 	int64_t budget_sequence_tokens; /* -1: the engine's; 0: none; else tokens */
+	uint32_t state;                 /* enum md_seq_state: MD_SEQ_RUNNING, MD_SEQ_RETAINED
+					   (its request done, KV kept for its next turn) */
+	char session[MD_SEQ_SESSION_LEN]; /* the session tag, NUL-padded; all NUL: none */
 };
 void md_seq_options_init(struct md_seq_options *o);
 int md_seq_set_options(md_client *c, uint32_t seq, const struct md_seq_options *o);
 int md_seq_get_options(const md_client *c, uint32_t seq, struct md_seq_options *out);
+/* A session tag from an engine's session id (len bytes, any encoding): its
+ * first MD_SEQ_SESSION_LEN bytes, each outside 0x21..0x7e (blank, control,
+ * non-ASCII) replaced by '?', NUL-padded; an empty id gives no tag. */
+void md_seq_session_tag(const char *id, size_t len, char tag[MD_SEQ_SESSION_LEN]);
 /* The sequence's budget in effect: its own, else the parameter block's
  * (0: none). */
 uint64_t md_seq_budget_tokens(md_client *c, uint32_t seq);

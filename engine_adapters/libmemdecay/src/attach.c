@@ -327,6 +327,7 @@ static int validate(struct md_client *c, struct md__attach *a, uint32_t engine_i
 	a->g.stats_capacity = eh.stats_capacity;
 	a->g.cmd_capacity = dh.cmd_capacity;
 	a->g.engine_id = engine_id;
+	a->g.abi_minor = eh.abi_minor;
 	a->g.instance_id = instance;
 	a->g.eoff = eo2;
 	a->g.doff = do2;

@@ -20,6 +20,7 @@ struct md__geometry {
 	uint32_t page_tokens, page_capacity, max_seqs;
 	uint32_t stats_capacity, cmd_capacity;
 	uint32_t engine_id;
+	uint32_t abi_minor;               /* the engine segment's: the daemon's minor */
 	uint64_t instance_id;
 	struct md_engine_offsets eoff;
 	struct md_daemon_offsets doff;

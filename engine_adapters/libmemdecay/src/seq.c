@@ -1,13 +1,17 @@
 /*
  * seq.c — what the library knows about one sequence beyond its pages: its own
- * options (policy, token budget; ABI 1.2), its pages in the daemon's order,
- * and the tokens the daemon never evicts from it (the evict floor).
+ * options (policy, token budget; ABI 1.2; session state and tag, 1.3), its
+ * pages in the daemon's order, and the tokens the daemon never evicts from it
+ * (the evict floor).
  *
  * Options live in the private mirror first, like pages: while attached to a
  * 1.2 daemon every change is written to the engine segment's entry (version
  * word odd while writing) and announced with an MD_REC_SEQ_OPTS record; a
  * record that does not fit turns into a resync, which re-reads the entries.
- * Reattach copies the mirror into the new segment (md__seq_opts_seed).
+ * Reattach copies the mirror into the new segment (md__seq_opts_seed).  The
+ * session state and tag go out only to a 1.3 daemon: for a 1.2 one those
+ * words are reserved, and the library leaves them zero (what 1.2 asks, and
+ * what it ignores), so a 1.3 engine runs there as a 1.2 one.
  *
  * The floor counts the same pages the daemon protects: pages with a token of
  * a pinned region, and the newest seq_protect[seq] pages in first-position
@@ -49,8 +53,26 @@ void md__seq_state_free(struct md_client *c)
 
 static int opts_default(const struct md_seq_opts *o)
 {
-	return o->policy == MD_SEQ_ENGINE_U32 && o->budget_sequence_tokens == MD_SEQ_ENGINE_U64;
+	static const uint8_t none[MD_SEQ_SESSION_LEN];
+	return o->policy == MD_SEQ_ENGINE_U32 && o->budget_sequence_tokens == MD_SEQ_ENGINE_U64 &&
+	       o->state == MD_SEQ_RUNNING && !memcmp(o->session, none, sizeof(none));
 }
+
+/* 1: the attached daemon takes a session state and tag (ABI 1.3) */
+static int daemon_has_session(const struct md_client *c)
+{
+	return c->attached && c->a.seq_opts && c->a.g.abi_minor >= 3;
+}
+
+/* The tag as one word: its bytes in memory order, so one relaxed store
+ * writes them (the entry is read under its version word anyway). */
+static uint64_t tag_word(const uint8_t tag[MD_SEQ_SESSION_LEN])
+{
+	uint64_t w;
+	memcpy(&w, tag, sizeof(w));
+	return w;
+}
+_Static_assert(MD_SEQ_SESSION_LEN == sizeof(uint64_t), "a session tag is one word");
 
 /* The mirror's entry into the segment, under the entry's version word. */
 static void opts_write(struct md_client *c, uint32_t seq)
@@ -65,6 +87,10 @@ static void opts_write(struct md_client *c, uint32_t seq)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	md_store_relaxed(&e->policy, m->policy);
 	md_store_relaxed(&e->budget_sequence_tokens, m->budget_sequence_tokens);
+	if (daemon_has_session(c)) {
+		md_store_relaxed(&e->state, m->state);
+		md_store_relaxed((uint64_t *)(void *)e->session, tag_word(m->session));
+	}
 	md_store_release(&e->version, v + 2);
 }
 
@@ -91,8 +117,11 @@ void md__seq_opts_reset(struct md_client *c, uint32_t seq)
 	c->seq_suppress[seq] = 0;
 	if (opts_default(&c->seq_opts[seq]))
 		return;
-	c->seq_opts[seq].policy = engine_opts.policy;
-	c->seq_opts[seq].budget_sequence_tokens = engine_opts.budget_sequence_tokens;
+	struct md_seq_opts *m = &c->seq_opts[seq];
+	m->policy = engine_opts.policy;
+	m->budget_sequence_tokens = engine_opts.budget_sequence_tokens;
+	m->state = MD_SEQ_RUNNING;
+	memset(m->session, 0, sizeof(m->session));
 	opts_write(c, seq);
 }
 
@@ -102,18 +131,31 @@ MD__EXPORT void md_seq_options_init(struct md_seq_options *o)
 	o->size = sizeof(*o);
 	o->policy = MD_SEQ_ENGINE_U32;
 	o->budget_sequence_tokens = -1;
+	o->state = MD_SEQ_RUNNING;
+}
+
+MD__EXPORT void md_seq_session_tag(const char *id, size_t len, char tag[MD_SEQ_SESSION_LEN])
+{
+	memset(tag, 0, MD_SEQ_SESSION_LEN);
+	for (size_t i = 0; id && i < len && i < MD_SEQ_SESSION_LEN; i++) {
+		unsigned char b = (unsigned char)id[i];
+		tag[i] = b >= 0x21 && b <= 0x7e ? (char)b : '?';
+	}
 }
 
 MD__EXPORT int md_seq_set_options(md_client *c, uint32_t seq, const struct md_seq_options *o)
 {
 	if (!c || !o || o->size < sizeof(struct md_seq_options) || seq >= c->max_seqs ||
 	    (o->policy != MD_SEQ_ENGINE_U32 && o->policy >= MD_POLICY_COUNT) ||
-	    o->budget_sequence_tokens < -1)
+	    o->budget_sequence_tokens < -1 || o->state >= MD_SEQ_STATE_COUNT ||
+	    !md_seq_session_ok((const uint8_t *)o->session))
 		return -EINVAL;
 	struct md_seq_opts *m = &c->seq_opts[seq];
 	m->policy = o->policy;
 	m->budget_sequence_tokens = o->budget_sequence_tokens < 0
 				  ? MD_SEQ_ENGINE_U64 : (uint64_t)o->budget_sequence_tokens;
+	m->state = o->state;
+	memcpy(m->session, o->session, sizeof(m->session));
 	opts_write(c, seq);
 	if (!c->attached)
 		return MD_EDETACHED;
@@ -125,6 +167,10 @@ MD__EXPORT int md_seq_set_options(md_client *c, uint32_t seq, const struct md_se
 		return 0;   /* resync asked: the daemon re-reads the entry */
 	r->u.seq_opts.policy = m->policy;
 	r->u.seq_opts.budget_sequence_tokens = m->budget_sequence_tokens;
+	if (daemon_has_session(c)) { /* a 1.2 daemon's reserved words stay zero */
+		r->u.seq_opts.state = m->state;
+		memcpy(r->u.seq_opts.session, m->session, sizeof(r->u.seq_opts.session));
+	}
 	md__rec_publish(c, r);
 	return 0;
 }
@@ -138,6 +184,8 @@ MD__EXPORT int md_seq_get_options(const md_client *c, uint32_t seq, struct md_se
 	out->policy = m->policy;
 	out->budget_sequence_tokens = m->budget_sequence_tokens == MD_SEQ_ENGINE_U64
 				    ? -1 : (int64_t)m->budget_sequence_tokens;
+	out->state = m->state;
+	memcpy(out->session, m->session, sizeof(out->session));
 	return 0;
 }
 

@@ -28,8 +28,9 @@ import ctypes
 import enum
 
 from ._lib import (APPLY_FN, DETACHED, EVICTED, NOTSUP, REFUSED, FINISHED, FULL, SEQ_ENGINE,
-                   MemDecayError, load_library, strerror, _BatchResult, _Config, _Counters,
-                   _Evict, _PageEntry, _ParamsView, _SeqOptions, _SettleResult)
+                   SEQ_RETAINED, SEQ_RUNNING, SESSION_LEN, MemDecayError, load_library,
+                   strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry, _ParamsView,
+                   _SeqOptions, _SettleResult)
 from .names import Region, policy_from_name, policy_names, region_names
 
 __all__ = ["Client", "Batch", "Region", "Settle", "SettleResult", "labels", "MemDecayError",
@@ -310,29 +311,63 @@ class Client:
             return policy
         return policy_from_name(policy, self._lib_path)
 
-    def seq_set_options(self, seq, policy=None, budget=None):
-        """A sequence's own options: policy (a name or id; None: the engine's)
-        and budget (tokens; 0: none; None: the engine's).  The daemon sees them
-        at once and again after every resync and reattach; seq_end resets them.
-        Returns 0, DETACHED (kept, the next daemon gets them) or NOTSUP (the
-        daemon is older than ABI 1.2: kept in the library, whose floor and
-        settle use them)."""
+    def _seq_get(self, seq, what):
         o = _SeqOptions()
-        self._lib.md_seq_options_init(ctypes.byref(o))
-        o.policy = self._policy_id(policy)
-        o.budget_sequence_tokens = -1 if budget is None else int(budget)
+        self._check(self._lib.md_seq_get_options(self._c, seq, ctypes.byref(o)), what)
+        return o
+
+    def _seq_set(self, seq, o, what):
         rc = self._lib.md_seq_set_options(self._c, seq, ctypes.byref(o))
         if rc == NOTSUP:
             return rc
-        return self._check(rc, "set the options of sequence %d" % seq)
+        return self._check(rc, what)
+
+    def seq_set_options(self, seq, policy=None, budget=None):
+        """A sequence's own options: policy (a name or id; None: the engine's)
+        and budget (tokens; 0: none; None: the engine's).  Its session state
+        and tag (seq_set_session) stay as they are.  The daemon sees them at
+        once and again after every resync and reattach; seq_end resets them.
+        Returns 0, DETACHED (kept, the next daemon gets them) or NOTSUP (the
+        daemon is older than ABI 1.2: kept in the library, whose floor and
+        settle use them)."""
+        what = "set the options of sequence %d" % seq
+        o = self._seq_get(seq, what)
+        o.policy = self._policy_id(policy)
+        o.budget_sequence_tokens = -1 if budget is None else int(budget)
+        return self._seq_set(seq, o, what)
+
+    def seq_set_session(self, seq, retained, session_id=None):
+        """A sequence's session (ABI 1.3), shown by `memdecayctl sessions`:
+        retained True when its request finished and the engine keeps its KV
+        for the session's next turn, False while a request runs on it; and
+        session_id (str, UTF-8 encoded, or bytes; None or empty: no tag),
+        whose first 8 bytes tag it, each byte outside printable ASCII as '?'.
+        Its policy and budget stay as they are; seq_end resets it to running
+        with no tag.  Returns 0 (a 1.2 daemon too: it has no words for them,
+        the library keeps them for a later 1.3 daemon), DETACHED (kept) or
+        NOTSUP (a 1.0/1.1 daemon: kept in the library), as seq_set_options."""
+        what = "set the session of sequence %d" % seq
+        o = self._seq_get(seq, what)
+        o.state = SEQ_RETAINED if retained else SEQ_RUNNING
+        if isinstance(session_id, str):
+            session_id = session_id.encode("utf-8")
+        elif session_id is not None and not isinstance(session_id, (bytes, bytearray)):
+            raise TypeError("session_id: str, bytes or None, not %s" % type(session_id).__name__)
+        raw = bytes(session_id or b"")
+        tag = ctypes.create_string_buffer(SESSION_LEN)
+        self._lib.md_seq_session_tag(raw, len(raw), tag)
+        o.session[:] = list(tag.raw)
+        return self._seq_set(seq, o, what)
 
     def seq_options(self, seq):
-        """{"policy": id or None, "budget": tokens or None} (None: the engine's)."""
-        o = _SeqOptions()
-        self._check(self._lib.md_seq_get_options(self._c, seq, ctypes.byref(o)),
-                    "options of sequence %d" % seq)
+        """{"policy": id or None, "budget": tokens or None (None: the
+        engine's), "retained": bool, "session": the tag (str) or None}."""
+        o = self._seq_get(seq, "options of sequence %d" % seq)
+        tag = bytes(o.session).rstrip(b"\0")
         return {"policy": None if o.policy == SEQ_ENGINE else o.policy,
-                "budget": None if o.budget_sequence_tokens < 0 else o.budget_sequence_tokens}
+                "budget": None if o.budget_sequence_tokens < 0 else o.budget_sequence_tokens,
+                "retained": o.state == SEQ_RETAINED,
+                "session": tag.decode("ascii") if tag else None}
 
     def seq_budget_tokens(self, seq):
         """The budget in effect for seq: its own, else the engine's (0: none)."""

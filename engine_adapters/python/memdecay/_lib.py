@@ -14,6 +14,7 @@ FINISHED = 0
 EVICTED = 1
 NOTSUP = -errno.ENOTSUP   # md_seq_set_options: a 1.0/1.1 daemon (kept in the mirror)
 SEQ_ENGINE = 0xFFFFFFFF   # MD_SEQ_ENGINE_U32: a sequence option left to the engine
+SEQ_RUNNING, SEQ_RETAINED = 0, 1   # enum md_seq_state (ABI 1.3)
 
 _u32, _u64, _i64, _u16 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint16
 REGIONS_MAX = 16   # MD_REGIONS_MAX (memdecay_abi.h); the layout test checks the sizes
@@ -61,8 +62,13 @@ class _PageEntry(ctypes.Structure):
                 ("labels", _u64), ("open_clock", _u64), ("resv1", _u64)]
 
 
+SESSION_LEN = 8     # MD_SEQ_SESSION_LEN: bytes of a session tag (ABI 1.3)
+
+
 class _SeqOptions(ctypes.Structure):
-    _fields_ = [("size", _u32), ("policy", _u32), ("budget_sequence_tokens", _i64)]
+    # session: bytes, not c_char, so that a tag's NUL padding is written as given
+    _fields_ = [("size", _u32), ("policy", _u32), ("budget_sequence_tokens", _i64),
+                ("state", _u32), ("session", ctypes.c_uint8 * SESSION_LEN)]
 
 
 class _SettleResult(ctypes.Structure):
@@ -110,10 +116,11 @@ _PROTOS = {
     "md_publish_batch": (_I, [_p, _p, _p, _u32, _p, _p, _p, _u32, _p]),
     "md_poll_commands": (_I, [_p, _p, ctypes.c_size_t]),
     "md_wait_commands": (_I, [_p, _I]),
-    # the engine contract (libmemdecay 0.3, docs/adapters.md)
+    # the engine contract (libmemdecay 0.4, docs/adapters.md)
     "md_seq_options_init": (None, [_p]),
     "md_seq_set_options": (_I, [_p, _u32, _p]),
     "md_seq_get_options": (_I, [_p, _u32, _p]),
+    "md_seq_session_tag": (None, [ctypes.c_char_p, ctypes.c_size_t, _p]),
     "md_seq_budget_tokens": (_u64, [_p, _u32]),
     "md_seq_live_tokens": (_u32, [_p, _u32]),
     "md_seq_pages": (_I, [_p, _u32, _p, _u32]),
@@ -133,7 +140,7 @@ def load_library(path=None):
     (ldconfig: the .deb installs it).  The error names what was tried."""
     path = path or os.environ.get("MEMDECAY_LIBRARY")
     tried = []
-    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.1"]
+    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.2"]
     for cand in candidates:
         if not cand:
             continue
