@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """test_adopt.py — a turn that adopts a session with holes attends exactly over
-the retained blocks (docs/vllm.md "Sessions").
+the retained blocks (docs/vllm.md "Sessions"), whether or not the worker
+tracks it.
 
 vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0: engine core and
 worker here), the plugin on, a memdecayd of the test's own.  Turn 1 is the
@@ -15,6 +16,15 @@ holes.  It also checks that the request's positions continue where the
 retained tokens end (num_computed_tokens = the tokens adopted), that the holes
 are the retained session's, and that reading the block table uncompacted (the
 null block's contents counted) would be measurably wrong.
+
+The worker has one memdecayd sequence (MEMDECAY_VLLM_MAX_SEQS=1), and two more
+turns adopt without one:
+  - turn 3 with the worker's `track` hook failing (injected): the worker
+    serves it without eviction and tracks nothing of it;
+  - turn 4 batched behind another long request that holds the worker's one
+    sequence: untracked, counted.
+Each untracked adopter's first step is checked as turn 2's: the kernel's
+output equals the reference over its kept blocks.
 
   test_adopt.py [--keep DIR]"""
 import os
@@ -58,6 +68,7 @@ def main():
     try:
         os.environ.update(harness.plugin_env(daemon))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ["MEMDECAY_VLLM_MAX_SEQS"] = "1"
         run()
     except Exception as e:
         import traceback
@@ -82,32 +93,34 @@ def run():
     from vllm import LLM, SamplingParams
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
-    from memdecay_vllm import worker
-    from memdecay_vllm.offline import chat
+    from memdecay_vllm import settings, worker
+    from memdecay_vllm.offline import chat, chat_many
 
     llm = LLM(model=harness.MODEL, **harness.LLM_ARGS)
-    seen = {}
+    seen = {}                   # request id -> its first step's comparison
+    want = {"on": False}        # compare the next adopter seen
     inner = CPUAttentionBackendImpl.forward      # the plugin's wrapper, installed by now
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *a, **kw):
         out = inner(self, layer, query, key, value, kv_cache, attn_metadata, output, *a, **kw)
         eng = worker.ENGINE
-        if (attn_metadata is None or seen or eng is None or not eng.counters["sessions_adopted"]
+        if (attn_metadata is None or not want["on"] or eng is None
                 or ".0." not in (getattr(layer, "layer_name", "") or "")):
             return out
         runner = eng.runner
         for row, rid in enumerate(runner.input_batch.req_ids):
-            r = eng.reqs.get(rid)
-            if r is None or not r.holes:
+            st = runner.requests.get(rid)
+            if rid in seen or st is None or not st.num_computed_tokens:
                 continue
-            st = runner.requests[rid]
             qsl = attn_metadata.query_start_loc
             q0, q1 = int(qsl[row]), int(qsl[row + 1])
             bs = kv_cache.shape[2]
             seq_full = st.num_computed_tokens + (q1 - q0)
             ids = list(st.block_ids[0][:(seq_full + bs - 1) // bs])
-            kept = [b for b in ids if b != 0]
             holes = [i for i, b in enumerate(ids) if b == 0]
+            if not holes:
+                continue            # not an adopter with holes (the other request)
+            kept = [b for b in ids if b != 0]
             H, D = self.num_heads, self.head_size
             q = query[q0:q1].view(q1 - q0, H, D)
             got = output[q0:q1].reshape(q1 - q0, H, D).clone()
@@ -117,10 +130,13 @@ def run():
             ref = kernel(q, g, table, seq_full - bs * len(holes), layer.isa, self.scale)
             raw_table = torch.tensor(ids, dtype=torch.int32).view(1, -1)
             raw = kernel(q, kv_cache, raw_table, seq_full, layer.isa, self.scale)
-            seen.update(rid=rid, err=(got - ref).abs().max().item(),
-                        err_raw=(got - raw).abs().max().item(), holes=holes,
-                        computed=st.num_computed_tokens, queries=q1 - q0,
-                        kept=len(kept), worker_holes=sorted(r.holes))
+            r = eng.reqs.get(rid)
+            seen[rid] = dict(err=(got - ref).abs().max().item(),
+                             err_raw=(got - raw).abs().max().item(), holes=holes,
+                             computed=st.num_computed_tokens, queries=q1 - q0, kept=len(kept),
+                             tracked=r is not None,
+                             worker_holes=sorted(r.holes) if r is not None else None)
+            want["on"] = False
             break
         return out
 
@@ -131,29 +147,72 @@ def run():
     o1 = chat(llm, msgs, sp, budget_tokens=400)
     reply = o1.outputs[0].text
     print("turn 1: %d prompt tokens, reply %r" % (len(o1.prompt_token_ids), reply), flush=True)
-    msgs2 = msgs + [{"role": "assistant", "content": reply},
-                    {"role": "user", "content": "And the name of my daughter?"}]
-    o2 = chat(llm, msgs2, sp, budget_tokens=400)
-    print("turn 2: %d prompt tokens, %d adopted, reply %r"
-          % (len(o2.prompt_token_ids), adopted_tokens(llm), o2.outputs[0].text), flush=True)
     eng = worker.ENGINE
+
+    def next_turn(msgs, reply, question):
+        return msgs + [{"role": "assistant", "content": reply},
+                       {"role": "user", "content": question}]
+
+    def adoption(what, got, tracked):
+        check(len(got) == 1, "%s: the adopting request's first step was seen with holes" % what)
+        if len(got) != 1:
+            return
+        seen_row = next(iter(got.values()))
+        adopted = adopted_tokens(llm) - adopted_before[0]
+        check(seen_row["tracked"] == tracked, "%s: the worker %s it" % (
+            what, "tracks" if tracked else "does not track"))
+        check(seen_row["computed"] == adopted and adopted >= 32 and adopted % 32 == 0,
+              "%s: positions continue: the first step starts at token %d, the %d tokens adopted"
+              % (what, seen_row["computed"], adopted))
+        if tracked:
+            check(seen_row["holes"] == seen_row["worker_holes"] and seen_row["holes"],
+                  "%s: the holes are the retained session's: blocks %s"
+                  % (what, seen_row["holes"]))
+        check(seen_row["err"] < 1e-4, "%s: the kernel over the adopted blocks equals the kernel "
+              "over the kept blocks gathered by hand (%d kept, %d holes, %d queries): max |err| "
+              "%.2e" % (what, seen_row["kept"], len(seen_row["holes"]), seen_row["queries"],
+                        seen_row["err"]))
+        check(seen_row["err_raw"] > 1e-3, "%s: read uncompacted, the null block's contents "
+              "would change it (max |err| %.2e)" % (what, seen_row["err_raw"]))
+
+    def turn(what, msgs, tracked, extra=None):
+        seen.clear()
+        adopted_before[0] = adopted_tokens(llm)
+        want["on"] = True
+        if extra is None:
+            o = chat(llm, msgs, sp, budget_tokens=400)
+        else:
+            o = chat_many(llm, [extra, msgs], sp, budgets=[None, 400])[1]
+        print("%s: %d prompt tokens, %d adopted, reply %r"
+              % (what, len(o.prompt_token_ids), adopted_tokens(llm) - adopted_before[0],
+                 o.outputs[0].text), flush=True)
+        adoption(what, dict(seen), tracked)
+        return o.outputs[0].text
+
+    adopted_before = [0]
+    msgs2 = next_turn(msgs, reply, "And the name of my daughter?")
+    reply2 = turn("turn 2 (tracked)", msgs2, True)
     check(eng is not None and eng.counters["sessions_adopted"] >= 1,
           "turn 2 adopted turn 1's sequence in the worker (%s)"
           % (eng.counters if eng is not None else None))
-    check(bool(seen), "the adopting request's first step was seen with holes")
-    if not seen:
-        return
-    adopted = adopted_tokens(llm)
-    check(seen["computed"] == adopted and adopted >= 32 and adopted % 32 == 0,
-          "positions continue: the first step starts at token %d, the %d tokens adopted"
-          % (seen["computed"], adopted))
-    check(seen["holes"] == seen["worker_holes"] and seen["holes"],
-          "the holes are the retained session's: blocks %s" % seen["holes"])
-    check(seen["err"] < 1e-4, "the kernel over the adopted blocks equals the kernel over the "
-          "retained blocks gathered by hand (%d kept, %d queries): max |err| %.2e"
-          % (seen["kept"], seen["queries"], seen["err"]))
-    check(seen["err_raw"] > 1e-3, "read uncompacted, the null block's contents would change it "
-          "(max |err| %.2e)" % seen["err_raw"])
+    # turn 3: the worker's track hook fails for it
+    settings.get().test_faults.add("track")
+    failed0 = eng.counters["failed_open"]
+    msgs3 = next_turn(msgs2, reply2, "Which city was the meeting in?")
+    try:
+        reply3 = turn("turn 3 (track fails)", msgs3, False)
+    finally:
+        settings.get().test_faults.discard("track")
+    check(eng.counters["failed_open"] > failed0, "turn 3: the injected track fault served it "
+          "without eviction (failed_open %d -> %d)" % (failed0, eng.counters["failed_open"]))
+    # turn 4: another long request holds the worker's one sequence
+    untracked0 = eng.counters["untracked"]
+    other = [{"role": "user", "content": "Summarise this for me: " +
+              " ".join(m["content"] for m in harness.agent_messages()[1:6])}]
+    msgs4 = next_turn(msgs3, reply3, "What did I ask first?")
+    turn("turn 4 (no free sequence)", msgs4, False, extra=other)
+    check(eng.counters["untracked"] > untracked0, "turn 4: no worker sequence was free "
+          "(untracked %d -> %d)" % (untracked0, eng.counters["untracked"]))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 
   - vLLM finds the entry point (vllm.general_plugins: memdecay);
   - with MEMDECAY_VLLM unset, register() installs nothing;
-  - with MEMDECAY_VLLM=1 on a vLLM version it was not checked against, it logs
-    one line and installs nothing;
-  - on the checked version it installs every hook;
+  - with MEMDECAY_VLLM=1 on a vLLM version it was not checked against, or with
+    a wrapped method missing or of another signature, register() raises (vLLM
+    does not start) naming the version or the method, and installs nothing;
+  - on the checked version it installs every hook of hooks.HOOKS, once;
   - regions: roles, tool calls and explicit labels through the model's own chat
     template; the run-length form round-trips and refuses what is out of range;
   - the session store's rules (sessions.Store on stand-ins for vLLM's block
@@ -63,11 +64,31 @@ def main():
     rc, out = run("import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {})
     check(rc == 0 and "HOOKED 0 OF 14" in out, "switched off: no hook installed")
 
-    rc, out = run("import vllm; vllm.__version__ = '0.31.9'\n"
-                  "import memdecay_vllm; memdecay_vllm.register()" + HOOKS, {"MEMDECAY_VLLM": "1"})
-    lines = [x for x in out.splitlines() if "memdecay_vllm" in x and "0.31.9" in x]
-    check(rc == 0 and "HOOKED 0 OF 14" in out and len(lines) == 1,
-          "unknown vLLM version: one line (%r) and no hook" % (lines[0][-90:] if lines else ""))
+    refuse = ("import memdecay_vllm\ntry:\n    memdecay_vllm.register()\n"
+              "except RuntimeError as e:\n    print('REFUSED', e)\n")
+    rc, out = run("import vllm; vllm.__version__ = '0.31.9'\n" + refuse + HOOKS,
+                  {"MEMDECAY_VLLM": "1"})
+    line = next((x for x in out.splitlines() if x.startswith("REFUSED")), "")
+    check(rc == 0 and "HOOKED 0 OF 14" in out and "0.31.9" in line and "0.32.0" in line,
+          "unknown vLLM version: refused, naming it (%r), and no hook" % line[:120])
+    rc, out = run("from vllm.v1.core.kv_cache_manager import KVCacheManager as K\n"
+                  "def allocate_slots(self, request, num_new_tokens): pass\n"
+                  "K.allocate_slots = allocate_slots\n" + refuse + HOOKS, {"MEMDECAY_VLLM": "1"})
+    line = next((x for x in out.splitlines() if x.startswith("REFUSED")), "")
+    check(rc == 0 and "KVCacheManager.allocate_slots" in line and "HOOKED 0 OF 14" in out,
+          "a wrapped method of another signature: refused, naming it (%r), no hook"
+          % line[:140])
+    rc, out = run("from vllm.v1.core.sched.scheduler import Scheduler as S\n"
+                  "del S._free_blocks\n" + refuse, {"MEMDECAY_VLLM": "1"})
+    line = next((x for x in out.splitlines() if x.startswith("REFUSED")), "")
+    check(rc == 0 and "Scheduler._free_blocks" in line,
+          "a wrapped method missing: refused, naming it (%r)" % line[:120])
+    rc, out = run("import memdecay_vllm; memdecay_vllm.register()",
+                  {"MEMDECAY_VLLM": "1", "MEMDECAY_VLLM_TRACE": "/nonexistent-dir/trace.jsonl"})
+    check(rc != 0 and "MEMDECAY_VLLM_TRACE" in out and "/nonexistent-dir" in out,
+          "an unwritable MEMDECAY_VLLM_TRACE: refused at start-up, naming it")
+
+    check_serve_refuses(check)
 
     rc, out = run("import memdecay_vllm; memdecay_vllm.register(); memdecay_vllm.register()" + HOOKS,
                   {"MEMDECAY_VLLM": "1"})
@@ -117,6 +138,27 @@ class _View:
 
     def snapshot(self):
         return self.p, frozenset(self.pinned)
+
+
+def check_serve_refuses(check):
+    """`vllm serve` itself, with the plugin on and vLLM's version other than the
+    supported one (set by a sitecustomize before vLLM's command line runs):
+    it exits before loading the model, and its output names the version."""
+    import tempfile
+    import time
+    d = tempfile.mkdtemp(prefix="md-vllm-version-")
+    with open(os.path.join(d, "sitecustomize.py"), "w") as f:
+        f.write("import vllm\nvllm.__version__ = '0.99.0'\n")
+    env = dict(os.environ, MEMDECAY_VLLM="1", PYTHONPATH=d)
+    vllm_bin = os.path.join(os.path.dirname(sys.executable), "vllm")
+    model = os.environ.get("MEMDECAY_VLLM_MODEL") or "unused"
+    t0 = time.monotonic()
+    r = subprocess.run([vllm_bin, "serve", model, "--port", "1"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    out = r.stdout + r.stderr
+    check(r.returncode != 0 and "0.99.0" in out and "MEMDECAY_VLLM" in out,
+          "vllm serve on an unsupported vLLM (0.99.0) with the plugin on: exits %d in %.0f s, "
+          "naming the version" % (r.returncode, time.monotonic() - t0))
 
 
 def check_fields(check, tok, msgs):
@@ -211,7 +253,10 @@ class _Pool:
         self.freed = []
 
     def free_blocks(self, blocks):
-        self.freed.extend(b.block_id for b in blocks if not b.is_null)
+        for b in blocks:
+            if not b.is_null:
+                b.ref_cnt -= 1
+                self.freed.append(b.block_id)
 
 
 class _Mgr:
@@ -235,19 +280,21 @@ class _Params:
 
 class _Request:
     def __init__(self, rid, tokens, budget=64, session_id=None, salt=None, computed=None,
-                 status="FINISHED_STOPPED"):
+                 status="FINISHED_STOPPED", prompt=None, lora=None):
         self.request_id, self.all_token_ids = rid, list(tokens)
         self.num_tokens = len(tokens)
+        self.num_prompt_tokens = len(tokens) - 4 if prompt is None else prompt
         self.num_computed_tokens = len(tokens) - 1 if computed is None else computed
         self.sampling_params = _Params(budget)
-        self.session_id, self.cache_salt, self.lora_request = session_id, salt, None
+        self.session_id, self.cache_salt, self.lora_request = session_id, salt, lora
         self.status = _Status(status)
         self.skip_reading_prefix_cache, self.mm_features, self.prompt_embeds = False, [], None
 
 
 def check_store(check):
     """The session store's rules on stand-ins for vLLM's block pool, managers and
-    requests (the real ones run in test_sessions.py)."""
+    requests (test_core.py runs them on vLLM's real scheduler, test_sessions.py
+    through `vllm serve`)."""
     from memdecay_vllm import sessions, settings
     bs = 4
 
@@ -263,32 +310,51 @@ def check_store(check):
         st.manager = type("M", (), {"block_pool": pool})()
         return st, pool
 
-    def finish(st, mgr, rid, tokens, blocks, **kw):
+    def finish(st, mgr, rid, tokens, blocks, fault=None, **kw):
         r = _Request(rid, tokens, **kw)
         mgr.req_to_blocks[rid] = [_Block(b) for b in blocks]
-        return st.retain(r, [mgr], bs)
+        return st.retain(r, [mgr], bs, fault)
 
     st, pool = store()
     mgr = _Mgr()
-    toks = list(range(100, 122))                    # 22 tokens: 21 computed, 5 whole blocks
+    toks = list(range(100, 122))        # 22 tokens (18 prompt): 21 computed, 5 whole blocks
     finish(st, mgr, "a", toks, [5, 0, 7, 8, 9, 10], session_id="s1")
     x = st.sessions.get("a")
-    check(x is not None and len(x.tokens) == 20 and pool.freed == [10] and x.held == 4,
+    check(x is not None and len(x.tokens) == 20 and pool.freed == [10] and x.held == 4
+          and x.cover == 16,
           "store: a finished request keeps its whole blocks, holes included; the partial one "
-          "goes back (freed %s)" % pool.freed)
+          "goes back (freed %s); its prompt's full blocks (%s tokens) are what an id-less "
+          "adopter must match" % (pool.freed, x and x.cover))
     nxt = toks[:20] + [1, 2, 3, 4, 5, 6]
     for what, req, want in (
             ("the same id, the same prefix", _Request("b", nxt, session_id="s1"), 20),
             ("another id", _Request("c", nxt, session_id="s2"), 0),
             ("no id", _Request("d", nxt), 0),
             ("another cache_salt", _Request("e", nxt, session_id="s1", salt="t"), 0),
+            ("another LoRA adapter", _Request("e2", nxt, session_id="s1",
+                                              lora=type("L", (), {"lora_name": "x",
+                                                                  "lora_path": "/x"})()), 0),
             ("no budget", _Request("f", nxt, budget=0, session_id="s1"), 0),
-            ("an edit at token 9", _Request("g", toks[:9] + [0] + nxt[10:], session_id="s1"), 8),
+            ("an edit at token 9 (with its id)",
+             _Request("g", toks[:9] + [0] + nxt[10:], session_id="s1"), 8),
             ("a prompt one token past the retained ones",
              _Request("h", toks[:21], session_id="s1"), 20),
             ("a prompt equal to the retained tokens", _Request("i", toks[:20], session_id="s1"),
              16)):
         got = st.match(req, bs)[1]
+        check(got == want, "store: %s adopts %d tokens (want %d)" % (what, got, want))
+    # id-less: only a match covering the retained prompt adopts
+    st2, _ = store()
+    m2 = _Mgr()
+    finish(st2, m2, "u", toks, [1, 2, 3, 4, 5, 6])
+    for what, req, want in (
+            ("id-less, the whole history", _Request("v", nxt), 20),
+            ("id-less, the retained prompt and no more", _Request("w", toks[:17] + [9, 9, 9]), 16),
+            ("id-less, only the first block shared (a common system prompt)",
+             _Request("y", toks[:4] + [7] * 20), 0),
+            ("id-less, 12 of the 16 prompt tokens shared", _Request("z", toks[:12] + [7] * 12),
+             0)):
+        got = st2.match(req, bs)[1]
         check(got == want, "store: %s adopts %d tokens (want %d)" % (what, got, want))
     b = _Request("b", nxt, session_id="s1")
     st.install(b, x, 20, [mgr], bs)
@@ -297,6 +363,8 @@ def check_store(check):
           [5, 0, 7, 8, 9] and getattr(b, sessions.EVICTED_FLAG, False)
           and st.events["adopted"] == {"b": ("a", 20)},
           "store: adoption moves the blocks (holes stay holes) and flags no prefix caching")
+    check(st.apply_evicted("a", 3) == (0, "b") and st.counters["late_evictions"] == 1,
+          "store: a pair evicted from the session after its adoption is the adopter's")
     st, pool = store()
     mgr = _Mgr()
     finish(st, mgr, "a", toks, [1, 2, 3, 4, 5, 6], session_id="s1")
@@ -306,6 +374,10 @@ def check_store(check):
     finish(st, mgr, "a2", toks, [21, 22, 23, 24, 25, 26], session_id="s1")
     check(list(st.sessions) == ["t", "a2"] and st.counters["released_stale"] == 1,
           "store: a newer turn of the same id and salt replaces the older one (%s)"
+          % list(st.sessions))
+    finish(st, mgr, "a3", [7] * 22, [31, 32, 33, 34, 35, 36], session_id="s1")
+    check(list(st.sessions) == ["t", "a2", "a3"] and st.counters["released_stale"] == 1,
+          "store: the same id with other tokens leaves the older session to its TTL (%s)"
           % list(st.sessions))
     x = st.sessions["a2"]
     kept = x.blocks[0]
@@ -319,13 +391,33 @@ def check_store(check):
           "store: carried on under vLLM's own hit, the session's references all go back "
           "(freed %s)" % sorted(pool.freed))
     holed = st.sessions["t"]
-    holed.evicted = True
-    hit = type("Hit", (), {"blocks": (holed.blocks[0] + [_Block(30)],)})()
-    check(not sessions.extends(holed, hit, 20, bs), "store: a session with holes is never extended")
+    hit = type("Hit", (), {"blocks": (list(holed.blocks[0]) + [_Block(30)],)})()
+    check(sessions.extends(holed, hit, 20, bs), "store: before any eviction the session extends")
+    check(st.apply_evicted("t", 2) == (1, None) and holed.blocks[0][2].is_null,
+          "store: the daemon evicts one of its blocks: a hole")
+    check(not sessions.extends(holed, hit, 20, bs), "store: a session with a hole is never "
+          "extended")
     st, pool = store(MEMDECAY_VLLM_SESSION_IDS="require")
     mgr = _Mgr()
     check(not finish(st, mgr, "a", toks, [5, 6, 7, 8, 9, 10]) and not st.sessions,
           "store: with ids required, a request without one is not retained")
+    st, pool = store()
+    mgr = _Mgr()
+    check(finish(st, mgr, "ab", toks, [5, 6, 7, 8, 9, 10], status="FINISHED_ABORTED")
+          and "ab" in st.sessions, "store: an aborted turn (a stop string) is retained")
+    check(not finish(st, mgr, "er", toks, [11, 12, 13, 14, 15, 16], status="FINISHED_ERROR")
+          and "er" not in st.sessions, "store: a turn that failed is not")
+
+    def boom(point):
+        raise RuntimeError("injected in %s" % point)
+    pool.freed.clear()
+    try:
+        finish(st, mgr, "f", toks, [41, 42, 43, 44, 45, 46], fault=boom)
+        check(False, "store: a fault after the blocks were taken propagates")
+    except RuntimeError:
+        check(sorted(pool.freed) == [41, 42, 43, 44, 45, 46] and "f" not in st.sessions,
+              "store: a fault after the blocks were taken frees every one of them (%s)"
+              % sorted(pool.freed))
     st, pool = store(MEMDECAY_VLLM_SESSION_SHARE="0.25")      # 10 of the 40 usable blocks
     mgr = _Mgr()
     finish(st, mgr, "a", toks, [1, 2, 3, 4, 5, 6])
@@ -337,14 +429,14 @@ def check_store(check):
     big = list(range(60))
     check(finish(st, mgr, "d", big, list(range(30, 45))) and "d" not in st.sessions
           and st.counters["refused"] == 1, "store: a session larger than the share is refused")
-    check(st.apply_evicted("b", 1) == 1 and st.sessions["b"].blocks[0][1].is_null
-          and st.sessions["b"].held == 4, "store: a retained block the daemon evicts is a hole")
     st.sessions["c"].last_used -= 10 ** 6
+    st.sessions["b"].last_used -= 10 ** 6
+    st.match(_Request("m", [7] * 22), bs)
     st.expire()
-    check("c" not in st.sessions and st.counters["expired"] == 1, "store: the TTL releases")
+    check("c" not in st.sessions and "b" in st.sessions and st.counters["released_expired"] == 1,
+          "store: the TTL releases an idle session; a match refreshes it")
     check(sessions.common_prefix(list(range(50)), list(range(37)) + [0], 8) == 37,
           "store: the common prefix is exact to the token")
-
 
 if __name__ == "__main__":
     sys.exit(main())
