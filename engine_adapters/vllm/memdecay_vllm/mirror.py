@@ -11,6 +11,8 @@ running requests, the finished ones retained for their session's next turn
 import memdecay
 from memdecay import Region
 
+from . import log
+
 PAGE_TOKENS = memdecay.PAGE_TOKENS_MAX
 
 
@@ -57,6 +59,8 @@ class Mirror:
         self.reqs = {}
         self.retained = {}         # sessions.py: finished requests kept for their next turn
         self.adopting = {}         # a new request id -> (retained id, tokens adopted)
+        self.session_ids = {}      # an adopting request id -> its session id
+
 
     def start(self, req_id, reg, budget, policy):
         """A new sequence for req_id with its options (budget, policy: None for
@@ -106,12 +110,22 @@ class Mirror:
         self.free_seqs.append(r.seq)
 
     # ---- sessions (sessions.py): a finished request's sequence goes on ----
-    def retain(self, req_id):
+    def retain(self, req_id, session_id=None):
+        """req_id finished and is retained: its sequence goes on, marked retained
+        (with its session id's first bytes) for memdecayctl sessions."""
         r = self.reqs.pop(req_id, None)
         if r is not None:
             r.step_tokens = 0
             r.acc = r.kept = None
             self.retained[req_id] = r
+            self._mark(r, True, session_id)
+
+    def _mark(self, r, retained, session_id):
+        try:
+            self.client.seq_set_session(r.seq, retained, session_id)
+        except Exception as e:          # the operator's view only: never the request
+            log.failed("marking sequence %d %s" % (r.seq, "retained" if retained else "running"),
+                       e)
 
     def release(self, key):
         r = self.retained.pop(key, None)
@@ -150,6 +164,7 @@ class Mirror:
         r.prompt_regions = reg
         r.n = n_tokens
         self.reqs[req_id] = r
+        self._mark(r, False, self.session_ids.pop(req_id, None))
         self.counters["sessions_adopted"] += 1
         return r
 

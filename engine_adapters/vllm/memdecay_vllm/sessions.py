@@ -136,7 +136,7 @@ class Store:
         self.sessions = collections.OrderedDict()
         self.turns = {}                   # request id of an adopter -> its session's turns
         self.adopted = collections.OrderedDict()   # adopted session key -> adopter request id
-        self.events = {"retained": [], "adopted": {}, "released": []}
+        self.events = self._no_events()
         self.counters = {"retained": 0, "adopted": 0, "adopted_tokens": 0, "refused": 0,
                          "late_evictions": 0}
         self.counters.update(("released_" + r, 0) for r in RELEASE_REASONS)
@@ -180,11 +180,16 @@ class Store:
         for key in [k for k, x in self.sessions.items() if now - x.last_used > ttl]:
             self.release(key, "expired")
 
+    @staticmethod
+    def _no_events():
+        # ids: the session id of each request retained or adopting (memdecayctl sessions)
+        return {"retained": [], "adopted": {}, "released": [], "ids": {}}
+
     def take_events(self):
         ev = self.events
         if not (ev["retained"] or ev["adopted"] or ev["released"]):
             return None
-        self.events = {"retained": [], "adopted": {}, "released": []}
+        self.events = self._no_events()
         return ev
 
     # ---- a finished request becomes a session ----
@@ -239,6 +244,8 @@ class Store:
             if owned is not None:
                 self._free(owned)
         self.events["retained"].append(x.key)
+        if x.session_id is not None:
+            self.events["ids"][x.key] = x.session_id
         self.counters["retained"] += 1
         return True
 
@@ -310,6 +317,8 @@ class Store:
         while len(self.adopted) > ADOPTED_MEMORY:
             self.adopted.popitem(last=False)
         self.events["adopted"][request.request_id] = (x.key, n_tokens)
+        if x.session_id is not None:
+            self.events["ids"][request.request_id] = x.session_id
         self.counters["adopted"] += 1
         self.counters["adopted_tokens"] += n_tokens
 

@@ -93,6 +93,9 @@ class Settings:
             raise ValueError("MEMDECAY_VLLM_SESSION_SHARE=%r: want a share from 0 to 1"
                              % os.environ.get("MEMDECAY_VLLM_SESSION_SHARE"))
         self.session_ttl_s = _float("MEMDECAY_VLLM_SESSION_TTL_S", 600.0)
+        # tests only: a JSON Lines file where each worker counts the null blocks left in
+        # the attention metadata it hands to vLLM's kernel (worker.py, Audit)
+        self.test_audit = _writable("MEMDECAY_VLLM_TEST_AUDIT")
         faults = os.environ.get("MEMDECAY_VLLM_TEST_FAULT", "")
         self.test_faults = {f.strip() for f in faults.split(",") if f.strip()}
         bad = self.test_faults - set(FAULT_POINTS)

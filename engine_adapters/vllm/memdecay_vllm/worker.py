@@ -18,6 +18,8 @@ and policy are its sequence's options (mirror.py).  Fail-open: with no
 daemon, or after it dies, nothing is evicted and vLLM serves as it would
 without the plugin; a fault in a hook costs the step's requests their
 eviction, never the step."""
+import json
+import os
 import threading
 import time
 
@@ -153,10 +155,11 @@ class Engine:
         from .sessions import EVENTS_ATTR
         ev = getattr(so, EVENTS_ATTR, None) or {}
         retained = set(ev.get("retained", ()))
+        ids = ev.get("ids", {})
         for req_id in so.finished_req_ids:
             try:
                 if req_id in retained and req_id in self.reqs:
-                    self.mirror.retain(req_id)
+                    self.mirror.retain(req_id, ids.get(req_id))
                 else:
                     self._forget(req_id)
             except Exception as e:
@@ -168,6 +171,8 @@ class Engine:
             except Exception as e:
                 log.failed("releasing session %s's sequence" % key, e)
         self.mirror.adopting.update(ev.get("adopted", {}))
+        self.mirror.session_ids.update((k, v) for k, v in ids.items()
+                                       if k in ev.get("adopted", {}))
 
     # ---- hooks ----
     def on_update(self, runner, so):
@@ -321,6 +326,39 @@ def _hook_failed(where, err):
         pass
 
 
+class Audit:
+    """MEMDECAY_VLLM_TEST_AUDIT (tests only): every attention metadata this worker
+    hands to vLLM's CPU builder is read once more, independently of the
+    compaction, for null blocks within a row's seq_len, which the kernel would
+    read as context.  Counts rows, rows that had holes compacted and such null
+    reads; a JSON line whenever the counts of holes change, and every 64 steps."""
+
+    def __init__(self, path):
+        self.f = open(path, "a", buffering=1)
+        self.n = {"pid": os.getpid(), "steps": 0, "rows": 0, "compacted_rows": 0,
+                  "null_reads": 0}
+
+    def observe(self, cm_in, cm_out, block_size):
+        n = self.n
+        n["steps"] += 1
+        n["rows"] += cm_out.num_reqs
+        before = (n["compacted_rows"], n["null_reads"])
+        n["compacted_rows"] += len(null_blocks(cm_in, block_size))
+        n["null_reads"] += sum(len(v) for v in null_blocks(cm_out, block_size).values())
+        if before != (n["compacted_rows"], n["null_reads"]) or n["steps"] % 64 == 0:
+            self.f.write(json.dumps(n) + "\n")
+
+
+_audit = []
+
+
+def _audit_of():
+    if not _audit:
+        path = settings.get().test_audit
+        _audit.append(Audit(path) if path else None)
+    return _audit[0]
+
+
 # ---- the wrappers (hooks.py's table names the methods and their signatures) ----
 
 def wrap_update_states(orig):
@@ -354,6 +392,9 @@ def wrap_build(orig):
             if eng is not None:
                 eng.on_build(self, cm, kept)             # never raises
                 eng.cost["build"] += time.perf_counter() - t
+            audit = _audit_of()
+            if audit is not None:
+                audit.observe(common_attn_metadata, cm, self.kv_cache_spec.block_size)
         return orig(self, common_prefix_len, cm, fast_build)
     return build
 

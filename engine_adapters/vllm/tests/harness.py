@@ -166,14 +166,32 @@ class Checks:
         return 1 if self.fails else 0
 
 
-def metric(url, name):
-    """The sum of a Prometheus series from vLLM's /metrics (0 when absent)."""
+def metric(url, name, labels=None):
+    """The sum of a Prometheus series from vLLM's /metrics over the samples whose
+    labels include `labels` ({name: value}); raises KeyError when no sample of
+    the series is there (a missing series is a failure, never a 0)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    total = 0.0
+    total, found = 0.0, False
+    want = ['%s="%s"' % kv for kv in (labels or {}).items()]
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
+            if all(w in line for w in want):
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+    if not found:
+        raise KeyError("%s%s: no such series on %s/metrics" % (name, labels or "", url))
     return total
+
+
+def read_audit(path):
+    """{pid: the last counts} of MEMDECAY_VLLM_TEST_AUDIT (worker.py's Audit)."""
+    last = {}
+    if os.path.exists(path):
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                last[r["pid"]] = r
+    return last
 
 
 def read_sessions(path):

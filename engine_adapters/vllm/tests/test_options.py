@@ -126,7 +126,8 @@ def run(daemon, trace):
         return
     c = eng.att.client
     recency = memdecay.load_library().md_policy_from_name(b"recency")
-    want = {ids[0]: {"policy": recency, "budget": 320}, ids[1]: {"policy": None, "budget": 640}}
+    want = {ids[0]: {"policy": recency, "budget": 320, "retained": True, "session": None},
+            ids[1]: {"policy": None, "budget": 640, "retained": True, "session": None}}
     for rid, w in want.items():
         r = retained(eng, rid)
         got = c.seq_options(r.seq) if r is not None else None

@@ -6,14 +6,28 @@ openai client (agents.py).
 
   transparency  a session whose budget never binds gives the same replies,
                 turn by turn, as plain vLLM (no budget, prefix caching), and
-                from turn 2 on its prompt is served from the session;
+                from turn 2 on its prompt is served from the session: the
+                client's cached_tokens are the tokens the plugin adopted;
   accounting    a session under a budget of 256 tokens: at every step of every
                 turn it holds <= budget + 1 block in vLLM's own block lists;
                 from turn 2 on the prompt tokens computed (prompt tokens less
                 cached_tokens) are the new suffix plus at most one block;
   isolation     another session id, another cache_salt, a request without an
-                id, an edited earlier message: no adoption (or only up to the
-                edit), and the reply equals a fresh request's;
+                id: no adoption, and the reply equals a fresh request's; an
+                edited earlier message: adopted up to the edit, no further;
+  react         a ReAct client with X-Session-ID stopping every turn on
+                "Observation:" (vLLM ends such a turn by aborting it): its
+                later turns are adopted, cached_tokens >= half the prompt;
+  tenants       two users without an id share a long system prompt: B's
+                first turn does not take A's session, A's next turn adopts;
+  n=2           a request with n=2 under an id: both choices answered, one
+                session left for the id, the next turn adopts it;
+  many          12 concurrent budgeted sessions with ids on 8 worker
+                sequences: every turn answered, later turns adopted, no null
+                block in any attention metadata (MEMDECAY_VLLM_TEST_AUDIT);
+  metrics       the session series on vLLM's /metrics equal the plugin's own
+                counters; memdecayctl sessions marks retained sessions and
+                shows their ids;
   faults        memdecayd killed mid-session: the next turns are answered (the
                 session keeps being served); a session left alone past the TTL
                 is released at the next step;
@@ -23,8 +37,9 @@ openai client (agents.py).
                 and the client sees cached_tokens from turn 2 on; then a long
                 request is admitted by releasing retained sessions, and vLLM
                 preempts nothing throughout;
-  restart       vLLM killed and restarted: the sessions are gone and the next
-                turn is a full prefill, answered.
+  restart       vLLM killed and restarted: the sessions are gone, the next
+                turn is answered without adoption, and the turn after it is
+                adopted again.
 
 test_sessions.py [--quick] [--keep DIR]   (--quick: fewer turns; CI)"""
 import argparse
@@ -45,7 +60,9 @@ BLOCK = harness.BLOCK
 check = harness.Checks()
 
 
-def ask(client, messages, budget=None, session=None, salt=None, max_tokens=16, plain=False):
+def ask(client, messages, budget=None, session=None, salt=None, max_tokens=16, plain=False,
+        header=None, stop=None, n=1, temperature=0.0):
+    """One chat turn; session: the body's session_id, header: X-Session-ID."""
     body = {}
     xargs = {}
     if budget is not None:
@@ -58,12 +75,16 @@ def ask(client, messages, budget=None, session=None, salt=None, max_tokens=16, p
         body["cache_salt"] = salt
     if plain:
         messages = [{k: v for k, v in m.items() if k != "region"} for m in messages]
-    r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0.0,
-                                       max_tokens=max_tokens, extra_body=body or None)
+    r = client.chat.completions.create(
+        model=MODEL, messages=messages, temperature=temperature, max_tokens=max_tokens, n=n,
+        stop=stop, extra_body=body or None,
+        extra_headers={"X-Session-ID": header} if header is not None else None)
     u = r.usage
     cached = (u.prompt_tokens_details.cached_tokens
               if u.prompt_tokens_details is not None else 0) or 0
     return {"id": r.id, "text": r.choices[0].message.content or "",
+            "texts": [c.message.content or "" for c in r.choices],
+            "stop_reason": (r.choices[0].model_extra or {}).get("stop_reason"),
             "prompt": u.prompt_tokens, "completion": u.completion_tokens, "cached": cached}
 
 
@@ -85,6 +106,15 @@ def adopted_ids(trace):
     return got
 
 
+def adoption(trace, reply_id):
+    """Tokens the plugin adopted for the request of chat completion reply_id (its
+    engine request id starts with it), or None when it adopted nothing."""
+    for k, v in adopted_ids(trace).items():
+        if k.startswith(reply_id):
+            return v[1]
+    return None
+
+
 def counters(trace):
     rows = harness.read_sessions(trace)
     return rows[-1]["counters"] if rows else {}
@@ -101,11 +131,11 @@ def part_transparency(client, trace, turns):
     same = [p["text"] == m["text"] for p, m in zip(plain, mine)]
     check(all(same), "the same replies turn by turn (%d of %d): %r"
           % (sum(same), len(same), [m["text"][:30] for m in mine]))
-    ad = adopted_ids(trace)
-    hits = [any(k.startswith(m["id"]) for k in ad) for m in mine[1:]]
-    check(all(hits), "turns 2..%d adopted the session (%d of %d)" % (turns, sum(hits), len(hits)))
-    check(all(m["cached"] > 0 for m in mine[1:]),
-          "cached_tokens from turn 2 on: %s" % [m["cached"] for m in mine])
+    got = [adoption(trace, m["id"]) for m in mine[1:]]
+    check(all(g for g in got), "turns 2..%d adopted the session: %s" % (turns, got))
+    check(all(g == m["cached"] for g, m in zip(got, mine[1:])),
+          "the client's cached_tokens are the adopted tokens: %s against %s"
+          % ([m["cached"] for m in mine[1:]], got))
 
 
 def part_accounting(client, trace, turns, daemon):
@@ -128,9 +158,10 @@ def part_accounting(client, trace, turns, daemon):
         prev, cur = out[k - 1], out[k]
         new = cur["prompt"] - (prev["prompt"] + prev["completion"])
         computed = cur["prompt"] - cur["cached"]
-        check(computed <= max(new, 0) + BLOCK,
-              "turn %d: %d prompt tokens computed for a new suffix of %d (+ at most %d); %d "
-              "served from the session" % (k + 1, computed, new, BLOCK, cur["cached"]))
+        got = adoption(trace, cur["id"])
+        check(got is not None and got == cur["cached"] and computed <= max(new, 0) + BLOCK,
+              "turn %d: adopted %s tokens; %d prompt tokens computed for a new suffix of %d "
+              "(+ at most %d)" % (k + 1, got, computed, new, BLOCK))
     # the operator's view: memdecayctl lists the retained session with what it holds
     rows = [r for r in json.loads(daemon.ctl("--json", "sessions").stdout)["sessions"]
             if r["own_options"] and r["budget_tokens"] == budget]
@@ -169,10 +200,12 @@ def part_isolation(client, trace):
     a = ask(client, edited, budget=100000, session="iso")
     b = ask(client, edited)
     check(a["text"] == b["text"], "an edited earlier message: the reply equals a fresh request's")
-    # a retained session serves only up to the edit: at most the tokens before it
+    # the session serves exactly up to the edit: the block-aligned tokens before it
     head = ask(client, msgs[:2], max_tokens=1)["prompt"]
-    check(a["cached"] <= head + BLOCK, "an edited earlier message: %d tokens served from the "
-          "session, the edit after token %d" % (a["cached"], head))
+    got = adoption(trace, a["id"])
+    check(got is not None and head - 2 * BLOCK <= got <= head and a["cached"] == got,
+          "an edited earlier message: %s tokens adopted (cached %d), the edit after token %d"
+          % (got, a["cached"], head))
 
 
 def part_faults(client, work, daemon, trace):
@@ -189,8 +222,8 @@ def part_faults(client, work, daemon, trace):
         msgs.append({"role": "assistant", "content": a["text"]})
     check(all(g["text"] for g in got), "every turn answered across the daemon's death: %r"
           % [g["text"][:20] for g in got])
-    check(got[3]["cached"] > 0, "the session is still adopted without a daemon (%d cached)"
-          % got[3]["cached"])
+    ad = [adoption(trace, g["id"]) for g in got[2:]]
+    check(all(ad), "the session is still adopted without a daemon: %s tokens" % ad)
     return harness.Daemon(work, name="memdecayd-2").start()
 
 
@@ -199,10 +232,10 @@ def part_ttl(client, trace, ttl):
     sess = agents.Session(505, 1)
     msgs = agents.start_messages() + sess.turn(0)
     ask(client, msgs, budget=256, session="abandoned")
-    before = counters(trace).get("expired", 0)
+    before = counters(trace)["released_expired"]
     time.sleep(ttl + 1)
     ask(client, [{"role": "user", "content": "Hello."}], max_tokens=2)     # any next step
-    after = counters(trace).get("expired", 0)
+    after = counters(trace)["released_expired"]
     check(after > before, "released after its TTL of %.0f s (expired %d -> %d)"
           % (ttl, before, after))
 
@@ -228,8 +261,10 @@ def part_pressure(client, url, trace, turns):
     if errs:
         return
     cached = [[a["cached"] for a in r] for r in results.values()]
-    check(all(sum(1 for c in cs[1:] if c > 0) >= (turns - 1) // 2 for cs in cached),
-          "the client saw cached_tokens from turn 2 on: %s" % cached)
+    adopted = [[adoption(trace, a["id"]) or 0 for a in r[1:]] for r in results.values()]
+    check(all(sum(1 for x in ad if x) >= (turns - 1) // 2 for ad in adopted),
+          "at least half the later turns of each client adopted its session: %s (cached %s)"
+          % (adopted, cached))
     # four more agents leave their sessions retained (about 12 blocks each); then one
     # long request (the 1,550-token agent conversation, a budget of 2,000) needs 49
     # free blocks to be admitted: the retained sessions must give way, not a request
@@ -253,17 +288,165 @@ def part_pressure(client, url, trace, turns):
 
 def part_restart(work, daemon, sess_msgs, env, args):
     print("restart: vLLM killed and started again", flush=True)
-    server, url, log = harness.start_server(work, daemon, None, MODEL, env, extra_args=args,
+    trace = os.path.join(work, "trace-restart.jsonl")
+    server, url, log = harness.start_server(work, daemon, trace, MODEL, env, extra_args=args,
                                             log_name="vllm-restart.log")
     import openai
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
     try:
         a = ask(client, sess_msgs, budget=256, session="acct")
-        check(bool(a["text"]) and a["cached"] <= 2 * BLOCK,
-              "the next turn is answered from a full prefill (%d cached)" % a["cached"])
+        check(bool(a["text"]) and adoption(trace, a["id"]) is None,
+              "the next turn is answered without a session to adopt (%d cached)" % a["cached"])
+        b = ask(client, sess_msgs + [{"role": "assistant", "content": a["text"]},
+                                     {"role": "user", "content": "Thanks. Anything else?"}],
+                budget=256, session="acct")
+        got = adoption(trace, b["id"])
+        check(got is not None and got >= a["prompt"] // BLOCK * BLOCK - BLOCK,
+              "the turn after it adopts the new session (%s tokens of %d)" % (got, b["prompt"]))
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+REACT_SYSTEM = (
+    "You answer questions with tools, in this format and no other:\n"
+    "Thought: what to do next\nAction: tool[input]\nObservation: the tool's answer\n"
+    "and so on, until Action: finish[answer].\n\n"
+    "Example.\nQuestion: What is the status of booking 4411 in Porto?\n"
+    "Thought: I need to look the booking up.\nAction: lookup[booking 4411 Porto]\n"
+    "Observation: booking 4411 is confirmed.\nThought: I know the answer.\n"
+    "Action: finish[confirmed]\n")
+
+
+def part_react(client, trace, turns):
+    print("react: X-Session-ID, every turn stopped on \"Observation:\"", flush=True)
+    sess = agents.Session(808, turns)
+    msgs = [{"role": "system", "content": REACT_SYSTEM}]
+    out = []
+    for k in range(turns):
+        item, city, num = sess.items[k]
+        if k == 0:
+            msgs.append({"role": "user", "content": "Question: What is the status of %s %d in "
+                         "%s?" % (item, num, city)})
+        a = ask(client, msgs, budget=256, header="react-1", stop=["Observation:"],
+                max_tokens=48)
+        out.append(a)
+        msgs.append({"role": "assistant", "content": a["text"]})
+        msgs.append({"role": "user", "content": "Observation: %s %d in %s is confirmed. %s"
+                     % (item, num, city, agents.FILLER)})
+    stopped = sum(1 for a in out if a["stop_reason"] == "Observation:")
+    check(stopped >= (turns + 1) // 2, "the client's stop string ended %d of %d turns (stop "
+          "reasons %s)" % (stopped, turns, [a["stop_reason"] for a in out]))
+    later = [(adoption(trace, a["id"]), a["cached"], a["prompt"]) for a in out[1:]]
+    check(all(g is not None and c == g and c >= p / 2 for g, c, p in later),
+          "every later turn adopted its session, cached_tokens >= half the prompt: "
+          "(adopted, cached, prompt) %s" % later)
+
+
+def part_tenants(client, trace):
+    print("tenants: two users without an id, one long system prompt", flush=True)
+    system = agents.SYSTEM + " " + agents.FILLER * 3
+    a_sess, b_sess = agents.Session(901, 5), agents.Session(902, 1)
+    msgs = [{"role": "system", "content": system}]
+    a_out = []
+    for k in range(4):
+        msgs += a_sess.turn(k)
+        a = ask(client, msgs, budget=512)
+        a_out.append(a)
+        msgs.append({"role": "assistant", "content": a["text"]})
+    b = ask(client, [{"role": "system", "content": system}] + b_sess.turn(0), budget=512)
+    check(adoption(trace, b["id"]) is None, "user B's first turn adopts nothing of A's (%d "
+          "tokens cached, from vLLM's prefix cache)" % b["cached"])
+    msgs += a_sess.turn(4)
+    a = ask(client, msgs, budget=512)
+    got = adoption(trace, a["id"])
+    prev = a_out[-1]["prompt"]
+    check(got is not None and got >= prev // BLOCK * BLOCK - BLOCK,
+          "user A's next turn still adopts A's session: %s of %d prompt tokens (A's last "
+          "prompt %d)" % (got, a["prompt"], prev))
+
+
+def part_n2(client, trace):
+    print("n=2: two choices under one id", flush=True)
+    sess = agents.Session(1001, 2)
+    msgs = agents.start_messages() + sess.turn(0)
+    before = counters(trace)
+    a = ask(client, msgs, budget=256, session="two", n=2, max_tokens=12, temperature=0.8)
+    time.sleep(0.3)
+    c = counters(trace)
+    check(len(a["texts"]) == 2 and all(a["texts"]), "both choices answered: %r"
+          % [t[:20] for t in a["texts"]])
+    check(c["retained"] - before["retained"] == 2
+          and c["released_stale"] - before["released_stale"] == 1,
+          "each child was retained and the later one replaced the earlier (retained +%d, "
+          "replaced +%d): one session for the id" % (c["retained"] - before["retained"],
+                                                     c["released_stale"] - before["released_stale"]))
+    msgs += [{"role": "assistant", "content": a["texts"][1]}] + sess.turn(1)
+    b = ask(client, msgs, budget=256, session="two")
+    got = adoption(trace, b["id"])
+    check(got is not None and got >= a["prompt"] // BLOCK * BLOCK - BLOCK,
+          "the next turn adopts it (%s tokens; the first prompt had %d)" % (got, a["prompt"]))
+
+
+def part_many(client, trace, audit, turns):
+    print("many: 12 concurrent budgeted sessions with ids on 8 worker sequences", flush=True)
+    results = {}
+
+    def run(i):
+        try:
+            results[i] = converse(client, agents.Session(1100 + i, turns), turns, budget=256,
+                                  session="many-%d" % i)[0]
+        except Exception as e:
+            results[i] = e
+    th = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(1200)
+    errs = [r for r in results.values() if isinstance(r, Exception)]
+    check(not errs and len(results) == 12 and all(a["text"] for r in results.values()
+                                                   for a in r),
+          "every turn of 12 sessions x %d turns answered%s" % (turns, " (%r)" % errs[0]
+                                                               if errs else ""))
+    if errs:
+        return
+    adopted = [sum(1 for a in r[1:] if adoption(trace, a["id"])) for r in results.values()]
+    check(sum(adopted) >= 12 * (turns - 1) // 2, "later turns adopted: %s of %d each"
+          % (adopted, turns - 1))
+    time.sleep(0.5)
+    au = harness.read_audit(audit)
+    compacted = sum(r["compacted_rows"] for r in au.values())
+    nulls = sum(r["null_reads"] for r in au.values())
+    check(au and compacted > 0 and nulls == 0, "no null block in any attention metadata handed "
+          "to vLLM's kernel (%d rows had holes compacted, %d null blocks left, %d steps)"
+          % (compacted, nulls, sum(r["steps"] for r in au.values())))
+
+
+def part_metrics(url, trace, daemon):
+    print("metrics: /metrics and memdecayctl sessions", flush=True)
+    c = counters(trace)
+    m = {k: harness.metric(url, "memdecay_vllm_" + k) for k in
+         ("sessions_adopted_total", "session_adopted_tokens_total", "session_retentions_total",
+          "sessions_retained", "session_blocks_retained")}
+    check(m["sessions_adopted_total"] == c["adopted"] > 0
+          and m["session_adopted_tokens_total"] == c["adopted_tokens"]
+          and m["session_retentions_total"] == c["retained"],
+          "vLLM's /metrics: %d sessions adopted, %d tokens, %d retained, as the plugin counted"
+          % (m["sessions_adopted_total"], m["session_adopted_tokens_total"],
+             m["session_retentions_total"]))
+    rel = {r: harness.metric(url, "memdecay_vllm_session_releases_total", {"reason": r})
+           for r in ("stale", "expired", "pressure")}
+    check(rel["stale"] == c["released_stale"] and rel["expired"] == c["released_expired"],
+          "releases by reason: %s" % rel)
+    check(m["sessions_retained"] > 0 and m["session_blocks_retained"] > 0,
+          "%d sessions retained now, holding %d blocks" % (m["sessions_retained"],
+                                                            m["session_blocks_retained"]))
+    rows = json.loads(daemon.ctl("--json", "sessions").stdout)["sessions"]
+    retained = [r for r in rows if r.get("state") == "retained"]
+    tags = {r.get("session") for r in retained}
+    check(any(t and t.startswith("many-") for t in tags),
+          "memdecayctl sessions marks %d sequences retained, with their ids (%s)"
+          % (len(retained), sorted(t for t in tags if t)[:6]))
+
 
 
 def first_server(work, daemon, turns, servers):
@@ -272,14 +455,20 @@ def first_server(work, daemon, turns, servers):
     import openai
     ttl = 20.0
     trace = os.path.join(work, "trace.jsonl")
-    env = {"MEMDECAY_VLLM_SESSION_TTL_S": str(ttl)}
+    audit = os.path.join(work, "audit.jsonl")
+    env = {"MEMDECAY_VLLM_SESSION_TTL_S": str(ttl), "MEMDECAY_VLLM_TEST_AUDIT": audit}
     server, url, log = harness.start_server(work, daemon, trace, MODEL, env, extra_args=ARGS)
     servers.append(server)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
     part_transparency(client, trace, turns)
     acct = part_accounting(client, trace, turns, daemon)
     part_isolation(client, trace)
+    part_react(client, trace, turns + 1)
+    part_tenants(client, trace)
+    part_n2(client, trace)
     part_ttl(client, trace, ttl)
+    part_many(client, trace, audit, turns)
+    part_metrics(url, trace, daemon)
     d2 = part_faults(client, work, daemon, trace)
     check(server.poll() is None and "Traceback" not in open(log).read(),
           "vllm serve ran through it all, no traceback in its log")

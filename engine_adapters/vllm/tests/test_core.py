@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""test_core.py — the plugin's engine-core side on vLLM's real scheduler, block
+by block (docs/vllm.md "Sessions", "Fail-open").
+
+vLLM's own Scheduler, KVCacheManager and BlockPool run in this process with
+the plugin's hooks installed (core_driver.py: no model, synthetic model
+outputs; the worker's evicted-block pairs are put on the outputs by hand, as
+the worker would).  At every step the block references are recounted
+independently (core_driver.check_refcounts, with the blocks the session store
+holds declared).
+
+  accounting   agents of several turns (with and without session ids, under
+               budgets) on a short pool, with evictions from running requests
+               and from retained sessions, a late eviction after an adoption,
+               an abort: after every session expires the pool's free blocks
+               equal their count at start.  Then the same with a fault injected
+               into each wrapper in turn (MEMDECAY_VLLM_TEST_FAULT);
+  leak         the store raising after it took a finished request's blocks;
+  late         a block evicted from a session after its adoption is freed from
+               the adopter, which from then on caches nothing;
+  stall        an adopter that cannot be allocated while its own session fills
+               the pool gives the session back and is scheduled at once;
+  replace      a request id retained twice frees the first session's blocks.
+
+  test_core.py [--quick]      (--quick: fewer turns; the same checks)"""
+import os
+import random
+import sys
+
+os.environ["MEMDECAY_VLLM"] = "1"
+os.environ.setdefault("MEMDECAY_VLLM_SESSION_SHARE", "1.0")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+check = harness.Checks()
+BS = 32
+BUDGET = {"memdecay_budget_tokens": 256}
+
+
+def store_refs(d):
+    st = getattr(d.kv, "_memdecay_store", None)     # sessions.store_of's
+    return [b for x in (st.sessions.values() if st else ()) for g in x.blocks for b in g]
+
+
+class Agents:
+    """Conversations of `turns` turns: turn k+1's prompt is turn k's prompt, its
+    output and 40 new tokens.  Half carry a session id."""
+
+    def __init__(self, d, n, turns, rng):
+        self.d, self.turns, self.rng = d, turns, rng
+        self.convs = [{"sid": "s%d" % i if i % 2 == 0 else None, "tokens": None, "k": 0,
+                       "rid": None, "base": 5000 + 1000 * i} for i in range(n)]
+
+    def start_turns(self):
+        for i, c in enumerate(self.convs):
+            if c["k"] >= self.turns or c["rid"] is not None:
+                continue
+            new = [c["base"] + c["k"] * 50 + j for j in range(40)]
+            prompt = (c["tokens"] or [c["base"] + 999] * 100) + new
+            c["rid"] = "c%d-t%d" % (i, c["k"])
+            self.d.add(c["rid"], prompt, 8, session_id=c["sid"], extra_args=BUDGET)
+
+    def collect(self):
+        for c in self.convs:
+            r = self.d.requests.get(c["rid"]) if c["rid"] else None
+            if r is not None and r.is_finished():
+                c["tokens"] = list(r.all_token_ids)
+                c["rid"] = None
+                c["k"] += 1
+
+    def done(self):
+        return all(c["k"] >= self.turns for c in self.convs)
+
+
+def evictions(d, rng, keys):
+    """Pairs the worker might send this step: a block of a running request with
+    three or more, and now and then one of a retained session (by its key)."""
+    pairs = []
+    for req in list(d.scheduler.running):
+        blocks = d.blocks_of(req.request_id)[0]
+        live = [i for i, b in enumerate(blocks[:-1]) if not b.is_null]
+        if len(blocks) >= 3 and live and rng.random() < 0.3:
+            pairs.append((req.request_id, rng.choice(live)))
+    from memdecay_vllm.sessions import store_of
+    st = store_of(d.kv)
+    for key, x in list(st.sessions.items()):
+        live = [i for i, b in enumerate(x.blocks[0]) if not b.is_null]
+        if live and rng.random() < 0.2:
+            pairs.append((key, rng.choice(live)))
+    pairs += keys
+    return pairs
+
+
+def accounting(fault, turns):
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import store_of
+    s = settings.get()
+    s.test_faults = {fault} if fault else set()
+    s.session_ttl_s = 600.0
+    rng = random.Random(7)
+    d = Driver(num_blocks=48)
+    start = d.free_blocks()
+    ag = Agents(d, 5, turns, rng)
+    problems, steps, aborted = [], 0, False
+    late = []
+    while not ag.done() and steps < 3000:
+        ag.start_turns()
+        _, _ = d.step(extra={"memdecay_evicted": evictions(d, rng, late)})
+        late = []
+        steps += 1
+        st = store_of(d.kv)
+        # a late pair: an adopted session's key names a block of it after the adoption
+        for key in list(st.adopted)[-2:]:
+            late.append((key, 1))
+        if not aborted and steps == 40 and d.scheduler.running:
+            d.abort([d.scheduler.running[0].request_id])
+            aborted = True
+        problems += ["step %d: %s" % (d.steps, p) for p in d.check_refcounts(store_refs(d))]
+        ag.collect()
+    st = store_of(d.kv)
+    counters = dict(st.counters)
+    s.test_faults = set()           # (a fault in expire kept them all so far)
+    s.session_ttl_s = 1e-6          # every session expires at the next step
+    d.step()
+    d.step()
+    s.session_ttl_s = 600.0
+    problems += ["after expiry: %s" % p for p in d.check_refcounts(store_refs(d))]
+    what = "fault in %s" % fault if fault else "no fault"
+    check(ag.done(), "%s: %d conversations x %d turns finished in %d steps" % (
+        what, len(ag.convs), turns, steps))
+    check(not problems, "%s: every block's references recount right at every step %s"
+          % (what, problems[:2]))
+    check(d.free_blocks() == start and not st.sessions,
+          "%s: after every session expires the pool's free blocks are back to %d (%d)"
+          % (what, start, d.free_blocks()))
+    return counters
+
+
+def part_accounting(turns):
+    print("accounting: block references at every step, then every session expired",
+          flush=True)
+    c = accounting(None, turns)
+    check(c["retained"] > 0 and c["adopted"] > 0 and c["late_evictions"] > 0,
+          "the run retained %d, adopted %d, freed %d late evictions from adopters, released %s"
+          % (c["retained"], c["adopted"], c["late_evictions"],
+             {k[9:]: v for k, v in c.items() if k.startswith("released_") and v}))
+    for fault in ("scheduler", "cache", "retain", "match", "adopt", "expire"):
+        accounting(fault, turns)
+
+
+def part_leak():
+    print("leak: the store raises after taking a finished request's blocks", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import sessions, settings
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=32)
+    start = d.free_blocks()
+    real = sessions.Session
+
+    def broken(*a, **kw):
+        raise RuntimeError("injected: Session() fails")
+    sessions.Session = broken
+    try:
+        d.add("l1", list(range(100, 300)), 8, extra_args=BUDGET)
+        d.run_until_done()
+    finally:
+        sessions.Session = real
+    check(d.free_blocks() == start and not d.check_refcounts(),
+          "every block came back (free %d of %d)" % (d.free_blocks(), start))
+
+
+def part_late():
+    print("late: an eviction pair that arrives after the session's adoption", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import store_of
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=64)
+    p1 = list(range(100, 260))                     # 5 blocks
+    d.add("a1", p1, 8, session_id="late", extra_args=BUDGET)
+    d.run_until_done()
+    st = store_of(d.kv)
+    check("a1" in st.sessions and not st.sessions["a1"].holes(), "turn 1 retained, no hole")
+    p2 = list(d.requests["a1"].all_token_ids) + list(range(900, 940))
+    d.add("a2", p2, 100, session_id="late", extra_args=BUDGET)
+    d.step()                                       # a2 adopts a1 and prefills its suffix
+    check("a1" not in st.sessions and st.adopted.get("a1") == "a2", "turn 2 adopted turn 1")
+    first = d.requests["a2"].num_computed_tokens // BS     # blocks complete before the hole
+    free0 = d.free_blocks()
+    b = d.blocks_of("a2")[0][1]
+    d.step(extra={"memdecay_evicted": [("a1", 1)]})
+    blocks = d.blocks_of("a2")[0]
+    check(blocks[1].is_null and d.free_blocks() >= free0 + 1 and b.ref_cnt == 0,
+          "the pair for session a1's block 1 freed it from adopter a2 (free %d -> %d)"
+          % (free0, d.free_blocks()))
+    a2 = d.requests["a2"]
+    while not a2.is_finished() and a2.num_computed_tokens < (first + 2) * BS + 8:
+        d.step()
+    blocks = d.blocks_of("a2")[0]
+    after = [i for i, blk in enumerate(blocks) if i >= first and not blk.is_null]
+    cached_after = [i for i in after if blocks[i].block_hash is not None]
+    check(after and not cached_after, "none of the %d blocks a2 computed over the hole entered "
+          "the prefix cache (hashed: %s)" % (len(after), cached_after))
+    d.run_until_done()
+    check(not d.check_refcounts(store_refs(d)), "references recount right")
+
+
+def part_stall():
+    print("stall: an adopter whose own session fills the pool", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import store_of
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=24)                       # 23 usable
+    d.add("s1", list(range(100, 100 + 22 * BS)), 8, session_id="u",
+          extra_args={"memdecay_budget_tokens": 4096})
+    d.run_until_done()
+    st = store_of(d.kv)
+    held = st.sessions["s1"].held if "s1" in st.sessions else 0
+    check(held == 22, "a session of id u holds 22 of the 23 blocks")
+    # the same id, a prompt sharing the first two blocks, then 10 blocks of its own:
+    # adopting 2 blocks, its first chunk needs 2 more while the session's other 20
+    # fill the pool
+    p = list(range(100, 100 + 2 * BS)) + list(range(5000, 5000 + 10 * BS))
+    d.add("s2", p, 8, session_id="u", extra_args={"memdecay_budget_tokens": 4096})
+    waited = 0
+    while d.requests["s2"].num_computed_tokens == 0 and waited < 50:
+        d.step()
+        waited += 1
+    check(d.requests["s2"].num_computed_tokens > 0 and waited <= 3,
+          "the adopter is scheduled after %d steps (its session given back: %d)"
+          % (waited, st.counters["released_adopt_failed"]))
+    d.run_until_done(max_steps=500)
+    check(d.finish_status("s2") is not None, "and finishes")
+
+
+def part_replace():
+    print("replace: a request id retained twice", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import store_of
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=40)
+    start = d.free_blocks()
+    for k in range(2):
+        d.add("same", [7000 + 100 * k + j for j in range(130)], 8, extra_args=BUDGET)
+        d.run_until_done()
+    st = store_of(d.kv)
+    check(len(st.sessions) == 1 and not d.check_refcounts(store_refs(d)),
+          "one session left, every block accounted for (%d sessions)" % len(st.sessions))
+    st.release("same", "reset")
+    check(d.free_blocks() == start, "releasing it gives the pool back (%d of %d)"
+          % (d.free_blocks(), start))
+
+
+def main():
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        return 0
+    turns = 3 if "--quick" in sys.argv[1:] else 6
+    for part in (lambda: part_accounting(turns), part_leak, part_late, part_stall,
+                 part_replace):
+        try:
+            part()
+        except Exception as e:
+            import traceback
+            traceback.print_exc()
+            check(False, "%s: %s" % (type(e).__name__, e))
+    return check.verdict("test_core")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
