@@ -50,9 +50,12 @@ class Agents:
     def __init__(self, d, n, turns, rng):
         self.d, self.turns, self.rng = d, turns, rng
         self.convs = [{"sid": "s%d" % i if i % 2 == 0 else None, "tokens": None, "k": 0,
-                       "rid": None, "base": 5000 + 1000 * i} for i in range(n)]
+                       "rid": None, "prev": None, "base": 5000 + 1000 * i} for i in range(n)]
 
     def start_turns(self):
+        """Adds the next turn of every conversation that has none running; returns
+        the request ids of the turns before them (sessions the new turns adopt)."""
+        prev = []
         for i, c in enumerate(self.convs):
             if c["k"] >= self.turns or c["rid"] is not None:
                 continue
@@ -60,12 +63,16 @@ class Agents:
             prompt = (c["tokens"] or [c["base"] + 999] * 100) + new
             c["rid"] = "c%d-t%d" % (i, c["k"])
             self.d.add(c["rid"], prompt, 8, session_id=c["sid"], extra_args=BUDGET)
+            if c["prev"]:
+                prev.append(c["prev"])
+        return prev
 
     def collect(self):
         for c in self.convs:
             r = self.d.requests.get(c["rid"]) if c["rid"] else None
             if r is not None and r.is_finished():
                 c["tokens"] = list(r.all_token_ids)
+                c["prev"] = c["rid"]
                 c["rid"] = None
                 c["k"] += 1
 
@@ -106,14 +113,12 @@ def accounting(fault, turns):
     problems, steps, aborted = [], 0, False
     late = []
     while not ag.done() and steps < 3000:
-        ag.start_turns()
+        adopted = ag.start_turns()
         _, _ = d.step(extra={"memdecay_evicted": evictions(d, rng, late)})
-        late = []
         steps += 1
-        st = store_of(d.kv)
-        # a late pair: an adopted session's key names a block of it after the adoption
-        for key in list(st.adopted)[-2:]:
-            late.append((key, 1))
+        # a late pair: the session a turn just adopted is named by the next step's
+        # evictions, as a worker that evicted it in the same step would
+        late = [(key, 1) for key in adopted]
         if not aborted and steps == 40 and d.scheduler.running:
             d.abort([d.scheduler.running[0].request_id])
             aborted = True
@@ -142,9 +147,9 @@ def part_accounting(turns):
     print("accounting: block references at every step, then every session expired",
           flush=True)
     c = accounting(None, turns)
-    check(c["retained"] > 0 and c["adopted"] > 0 and c["late_evictions"] > 0,
+    check(c["retained"] > 0 and c["adopted"] > 0 and c.get("late_evictions", 0) > 0,
           "the run retained %d, adopted %d, freed %d late evictions from adopters, released %s"
-          % (c["retained"], c["adopted"], c["late_evictions"],
+          % (c["retained"], c["adopted"], c.get("late_evictions", 0),
              {k[9:]: v for k, v in c.items() if k.startswith("released_") and v}))
     for fault in ("scheduler", "cache", "retain", "match", "adopt", "expire"):
         accounting(fault, turns)
@@ -182,11 +187,13 @@ def part_late():
     d.add("a1", p1, 8, session_id="late", extra_args=BUDGET)
     d.run_until_done()
     st = store_of(d.kv)
-    check("a1" in st.sessions and not st.sessions["a1"].holes(), "turn 1 retained, no hole")
+    check("a1" in st.sessions and not any(b.is_null for b in st.sessions["a1"].blocks[0]),
+          "turn 1 retained, no hole")
     p2 = list(d.requests["a1"].all_token_ids) + list(range(900, 940))
     d.add("a2", p2, 100, session_id="late", extra_args=BUDGET)
     d.step()                                       # a2 adopts a1 and prefills its suffix
-    check("a1" not in st.sessions and st.adopted.get("a1") == "a2", "turn 2 adopted turn 1")
+    check("a1" not in st.sessions and d.requests["a2"].num_computed_tokens >= 160,
+          "turn 2 adopted turn 1")
     first = d.requests["a2"].num_computed_tokens // BS     # blocks complete before the hole
     free0 = d.free_blocks()
     b = d.blocks_of("a2")[0][1]
@@ -231,7 +238,7 @@ def part_stall():
         waited += 1
     check(d.requests["s2"].num_computed_tokens > 0 and waited <= 3,
           "the adopter is scheduled after %d steps (its session given back: %d)"
-          % (waited, st.counters["released_adopt_failed"]))
+          % (waited, st.counters.get("released_adopt_failed", 0)))
     d.run_until_done(max_steps=500)
     check(d.finish_status("s2") is not None, "and finishes")
 
