@@ -14,11 +14,13 @@ client as a careless or hostile client would drive it:
             server stays up;
   faults    with MEMDECAY_VLLM_TEST_FAULT making the plugin's hooks raise inside
             the engine (worker and engine core), budgeted requests are answered,
-            served without eviction, and the log names each request once.
+            served without eviction, and the log names each request once; with
+            every engine-core session wrapper raising, a session's turns are
+            answered, the faults logged, no traceback.
 
 test_requests.py [--quick] [--seed N] [--fuzz N] [--keep DIR]
-  --quick   the cases, 120 fuzzed requests and one fault server (CI)
-  (default: 400 fuzzed requests and both fault servers)"""
+  --quick   the cases, 120 fuzzed requests and two fault servers (CI)
+  (default: 400 fuzzed requests and all three fault servers)"""
 import argparse
 import json
 import os
@@ -268,11 +270,49 @@ def faults(work, daemon, points, client_msgs):
                   "the engine core's hook failed, was logged, and the step went on")
         check(server.poll() is None, "vllm serve is still running")
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        if check.fails:
-            print("---- %s (tail)\n%s" % (log, open(log).read()[-3000:]))
+        stop(server, log)
+
+
+def stop(server, log):
+    """Kills a fault server's process group; its log's tail when a check failed."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    if check.fails:
+        print("---- %s (tail)\n%s" % (log, open(log).read()[-3000:]))
+
+
+def session_faults(work, daemon, client_msgs):
+    """Every engine-core session wrapper raising at once: a session's turns are
+    answered as plain vLLM would answer them, and the server stays up."""
+    points = "cache,retain,match,adopt,expire,sessions"
+    print("faults: MEMDECAY_VLLM_TEST_FAULT=%s" % points, flush=True)
+    sub = os.path.join(work, "fault-sessions")
+    os.makedirs(sub, exist_ok=True)
+    server, url, log = harness.start_server(sub, daemon, None, MODEL,
+                                            {"MEMDECAY_VLLM_TEST_FAULT": points})
+    import openai
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
+    try:
+        msgs = list(client_msgs)
+        for k in range(3):
+            r = client.chat.completions.create(
+                model=MODEL, messages=msgs, max_tokens=8, temperature=0.0,
+                extra_body={"vllm_xargs": {"memdecay_budget_tokens": 128},
+                            "session_id": "faulty"})
+            text = r.choices[0].message.content
+            check(bool(text), "turn %d of a session answered: %r" % (k + 1, text))
+            msgs = msgs + [{"role": "assistant", "content": text or "-"},
+                           {"role": "user", "content": "And then?"}]
+        check(still_serves(client, url), "/health and a normal request answer")
+        text = open(log).read()
+        for what in ("the prefix-cache guard failed", "retaining request",
+                     "expiring sessions failed"):
+            check(what in text, "logged: %r" % what)
+        check("Traceback" not in text and server.poll() is None,
+              "no traceback, vllm serve still running")
+    finally:
+        stop(server, log)
 
 
 def main():
@@ -306,6 +346,7 @@ def main():
         server = None
         msgs = harness.agent_messages()[:6] + [{"role": "user", "content": "Summarise."}]
         faults(work, daemon, "track,scheduler", msgs)
+        session_faults(work, daemon, msgs)
         if not a.quick:
             faults(work, daemon, "build,forward,step_end", msgs)
     except Exception as e:

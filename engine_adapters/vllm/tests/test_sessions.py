@@ -99,6 +99,23 @@ def converse(client, sess, turns, **kw):
     return out, msgs
 
 
+def concurrently(n, fn):
+    """fn(0) ... fn(n-1) on n threads; {i: result or the exception it raised}."""
+    results = {}
+
+    def run(i):
+        try:
+            results[i] = fn(i)
+        except Exception as e:
+            results[i] = e
+    th = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(1200)
+    return results
+
+
 def adopted_ids(trace):
     got = {}
     for row in harness.read_sessions(trace):
@@ -243,18 +260,8 @@ def part_ttl(client, trace, ttl):
 def part_pressure(client, url, trace, turns):
     print("pressure: 3 unmodified clients, the operator's budget, a pool of 65 blocks",
           flush=True)
-    results = {}
-
-    def run(i):
-        try:
-            results[i] = converse(client, agents.Session(600 + i, turns), turns, plain=True)[0]
-        except Exception as e:
-            results[i] = e
-    th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join(1200)
+    results = concurrently(3, lambda i: converse(client, agents.Session(600 + i, turns), turns,
+                                                 plain=True)[0])
     errs = [r for r in results.values() if isinstance(r, Exception)]
     check(not errs and len(results) == 3, "every turn of 3 sessions x %d turns answered%s"
           % (turns, " (%r)" % errs[0] if errs else ""))
@@ -389,19 +396,8 @@ def part_n2(client, trace):
 
 def part_many(client, trace, audit, turns):
     print("many: 12 concurrent budgeted sessions with ids on 8 worker sequences", flush=True)
-    results = {}
-
-    def run(i):
-        try:
-            results[i] = converse(client, agents.Session(1100 + i, turns), turns, budget=256,
-                                  session="many-%d" % i)[0]
-        except Exception as e:
-            results[i] = e
-    th = [threading.Thread(target=run, args=(i,)) for i in range(12)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join(1200)
+    results = concurrently(12, lambda i: converse(client, agents.Session(1100 + i, turns), turns,
+                                                  budget=256, session="many-%d" % i)[0])
     errs = [r for r in results.values() if isinstance(r, Exception)]
     check(not errs and len(results) == 12 and all(a["text"] for r in results.values()
                                                    for a in r),
@@ -433,6 +429,9 @@ def part_metrics(url, trace, daemon):
           "vLLM's /metrics: %d sessions adopted, %d tokens, %d retained, as the plugin counted"
           % (m["sessions_adopted_total"], m["session_adopted_tokens_total"],
              m["session_retentions_total"]))
+    hits = harness.metric(url, "vllm:prefix_cache_hits_total")
+    check(hits >= c["adopted_tokens"], "vLLM's own prefix-cache hits (%d tokens) count the "
+          "adopted tokens (%d)" % (hits, c["adopted_tokens"]))
     rel = {r: harness.metric(url, "memdecay_vllm_session_releases_total", {"reason": r})
            for r in ("stale", "expired", "pressure")}
     check(rel["stale"] == c["released_stale"] and rel["expired"] == c["released_expired"],
