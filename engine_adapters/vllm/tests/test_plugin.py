@@ -391,12 +391,14 @@ def check_store(check):
           "store: carried on under vLLM's own hit, the session's references all go back "
           "(freed %s)" % sorted(pool.freed))
     holed = st.sessions["t"]
-    hit = type("Hit", (), {"blocks": (list(holed.blocks[0]) + [_Block(30)],)})()
-    check(sessions.extends(holed, hit, 20, bs), "store: before any eviction the session extends")
-    check(st.apply_evicted("t", 2) == (1, None) and holed.blocks[0][2].is_null,
+    # vLLM's longer hit over the session's first two blocks (the ones before the hole
+    # to come): the request would carry the session's daemon sequence on
+    hit = type("Hit", (), {"blocks": (list(holed.blocks[0][:2]) + [_Block(30), _Block(31)],)})()
+    check(sessions.extends(holed, hit, 8, bs), "store: before any eviction the session extends")
+    check(st.apply_evicted("t", 3) == (1, None) and holed.blocks[0][3].is_null,
           "store: the daemon evicts one of its blocks: a hole")
-    check(not sessions.extends(holed, hit, 20, bs), "store: a session with a hole is never "
-          "extended")
+    check(not sessions.extends(holed, hit, 8, bs), "store: a session with a hole is never "
+          "extended, even over its blocks before the hole")
     st, pool = store(MEMDECAY_VLLM_SESSION_IDS="require")
     mgr = _Mgr()
     check(not finish(st, mgr, "a", toks, [5, 6, 7, 8, 9, 10]) and not st.sessions,
