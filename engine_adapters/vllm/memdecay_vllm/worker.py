@@ -27,6 +27,7 @@ import memdecay
 from memdecay import Region
 
 from . import attach, log, regions, settings
+from .log import logger as _log
 from .attention import Stats
 from .commands import Commands
 from .holes import compact, null_blocks, zero_in_worker
@@ -58,7 +59,7 @@ class Engine:
         self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs)
         client = self.att.client
         if client.attached:
-            log.logger().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
+            _log().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
         self.mirror = Mirror(client, self.max_seqs, self.block_size, self.counters)
         self.failed = set()        # requests served without eviction after a fault here
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
@@ -90,7 +91,7 @@ class Engine:
             return
         self.failed.add(req_id)
         self.counters["failed_open"] += 1
-        log.logger().warning("memdecay_vllm: request %s is served without eviction: %s failed: %s: %s",
+        _log().warning("memdecay_vllm: request %s is served without eviction: %s failed: %s: %s",
                        req_id, where, type(err).__name__, err)
         if req_id not in self.reqs:
             return
@@ -131,7 +132,7 @@ class Engine:
                     return r
             r = self.mirror.start(req_id, reg, budget, policy)
         except (memdecay.MemDecayError, ValueError) as e:
-            log.logger().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
+            _log().warning("memdecay_vllm: request %s (budget %s, policy %s) is served without "
                            "eviction: %s", req_id, budget, policy, e)
             r = None
         if r is None:
@@ -290,7 +291,7 @@ class Engine:
         if self.cost_steps % every:
             return
         per = {k: 1e3 * v / every for k, v in self.cost.items()}
-        log.logger().info("memdecay_vllm: %d steps, the plugin's hooks took %.2f ms a step (declare "
+        _log().info("memdecay_vllm: %d steps, the plugin's hooks took %.2f ms a step (declare "
                     "%.2f, holes %.2f, statistics %.2f, publish and commands %.2f); %s",
                     self.cost_steps, sum(per.values()), per["update"], per["build"],
                     per["forward"], per["step_end"],
@@ -311,7 +312,7 @@ def _engine(runner):
             ENGINE = Engine(runner)
         except Exception as e:
             _engine_failed = True
-            log.logger().error("memdecay_vllm: the plugin is off in this worker: %s: %s",
+            _log().error("memdecay_vllm: the plugin is off in this worker: %s: %s",
                          type(e).__name__, e)
     return ENGINE
 
