@@ -22,9 +22,10 @@ openai client (agents.py).
                 first turn does not take A's session, A's next turn adopts;
   n=2           a request with n=2 under an id: both choices answered, one
                 session left for the id, the next turn adopts it;
-  many          12 concurrent budgeted sessions with ids on 8 worker
-                sequences: every turn answered, later turns adopted, no null
-                block in any attention metadata (MEMDECAY_VLLM_TEST_AUDIT);
+  many          12 concurrent budgeted sessions with ids on vLLM's 8 sequences
+                and the worker's 4 (MEMDECAY_VLLM_MAX_SEQS): every turn
+                answered, later turns adopted, adopters left untracked, and no
+                null block in any attention metadata (MEMDECAY_VLLM_TEST_AUDIT);
   metrics       the session series on vLLM's /metrics equal the plugin's own
                 counters; memdecayctl sessions marks retained sessions and
                 shows their ids;
@@ -395,7 +396,8 @@ def part_n2(client, trace):
 
 
 def part_many(client, trace, audit, log, turns):
-    print("many: 12 concurrent budgeted sessions with ids, 8 worker sequences", flush=True)
+    print("many: 12 concurrent budgeted sessions with ids, 8 vLLM sequences, 4 worker "
+          "sequences", flush=True)
     results = concurrently(12, lambda i: converse(client, agents.Session(1100 + i, turns), turns,
                                                   budget=256, session="many-%d" % i)[0])
     errs = [r for r in results.values() if isinstance(r, Exception)]
@@ -458,11 +460,11 @@ def first_server(work, daemon, turns, servers):
     ttl = 20.0
     trace = os.path.join(work, "trace.jsonl")
     audit = os.path.join(work, "audit.jsonl")
-    # 8 worker sequences for up to 12 running requests: some adopters go untracked
+    # 4 worker sequences for up to 8 running requests (vLLM's max_num_seqs): with 12
+    # sessions at once, some adopters go untracked
     env = {"MEMDECAY_VLLM_SESSION_TTL_S": str(ttl), "MEMDECAY_VLLM_TEST_AUDIT": audit,
-           "MEMDECAY_VLLM_MAX_SEQS": "8", "MEMDECAY_VLLM_COST_EVERY": "20"}
-    server, url, log = harness.start_server(work, daemon, trace, MODEL, env, extra_args=ARGS,
-                                            llm_args={"max_num_seqs": 12})
+           "MEMDECAY_VLLM_MAX_SEQS": "4", "MEMDECAY_VLLM_COST_EVERY": "20"}
+    server, url, log = harness.start_server(work, daemon, trace, MODEL, env, extra_args=ARGS)
     servers.append(server)
     client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600, max_retries=0)
     part_transparency(client, trace, turns)
