@@ -14,7 +14,6 @@ stream starts; and once more in vLLM's InputProcessor.process_inputs, the one
 door every request of this process goes through (the other endpoints, and
 the offline LLM), where it is refused as vLLM refuses its own bad parameters.
 docs/vllm.md "Bad requests"."""
-import functools
 
 from . import fields, log, regions
 
