@@ -20,6 +20,8 @@ holds declared).
                the adopter, which from then on caches nothing;
   stall        an adopter that cannot be allocated while its own session fills
                the pool gives the session back and is scheduled at once;
+  unguarded    the store raising inside allocate_slots after vLLM allocated:
+               nothing reaches vLLM's scheduler, no block is lost;
   replace      a request id retained twice frees the first session's blocks.
 
   test_core.py [--quick]      (--quick: fewer turns; the same checks)"""
@@ -243,6 +245,41 @@ def part_stall():
     check(d.finish_status("s2") is not None, "and finishes")
 
 
+def part_unguarded():
+    """A fault inside the adoption's bookkeeping after vLLM allocated (the store's
+    consume raising): the step goes on, both turns finish, no block is lost."""
+    print("unguarded: the store raises inside allocate_slots", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import sessions, settings
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=40)
+    start = d.free_blocks()
+    real = sessions.Store.consume
+
+    def broken(self, *a, **kw):
+        raise RuntimeError("injected: consume fails")
+    d.add("g1", list(range(100, 260)), 8, session_id="g", extra_args=BUDGET)
+    d.run_until_done()
+    sessions.Store.consume = broken
+    try:
+        d.add("g2", list(d.requests["g1"].all_token_ids) + list(range(900, 940)), 8,
+              session_id="g", extra_args=BUDGET)
+        d.run_until_done(max_steps=200)
+        ok = d.finish_status("g2") is not None
+    except Exception as e:
+        ok = False
+        print("  raised into vLLM's scheduler: %s: %s" % (type(e).__name__, e))
+    finally:
+        sessions.Store.consume = real
+    check(ok, "the adopter finished; nothing raised into vLLM's scheduler")
+    st = sessions.store_of(d.kv)
+    check(not d.check_refcounts(store_refs(d)), "references recount right")
+    for key in list(st.sessions):
+        st.release(key, "reset")
+    check(d.free_blocks() == start, "the pool is whole once the sessions go (%d of %d)"
+          % (d.free_blocks(), start))
+
+
 def part_replace():
     print("replace: a request id retained twice", flush=True)
     from core_driver import Driver
@@ -268,7 +305,7 @@ def main():
         return 0
     turns = 3 if "--quick" in sys.argv[1:] else 6
     for part in (lambda: part_accounting(turns), part_leak, part_late, part_stall,
-                 part_replace):
+                 part_unguarded, part_replace):
         try:
             part()
         except Exception as e:
