@@ -331,7 +331,8 @@ struct md_param_block {
 	uint32_t pinned_mask;         /* bit r: region r pinned */
 	uint32_t protect_recent;      /* newest full pages protected */
 	uint64_t budget_sequence_tokens; /* 0: none */
-	uint64_t budget_engine_pages;    /* 0: none; includes this engine's global share */
+	uint64_t budget_engine_pages;    /* 0: none; includes this engine's global share
+					    (moves with the engines' holdings) */
 	double low_watermark;
 	double base[MD_REGIONS_MAX];
 	double lambda[MD_REGIONS_MAX];

@@ -594,7 +594,9 @@ START_TEST(test_budgets_and_watermark)
 		ck_assert_uint_eq(d[i].slot, i); /* equal scores: oldest first */
 		ck_assert_uint_eq(d[i].reason, MD_EVICT_SEQUENCE_BUDGET);
 	}
-	/* global budget shared by weight: engine 2 gets floor(30 * 1/3) = 10 pages */
+	/* global budget split by weighted max-min over what engines hold: engine 1
+	 * (weight 2) holds 11 pages (7 live, 4 being evicted), under its weighted
+	 * part floor(30 * 2/3) = 20; engine 2 gets the other 19 */
 	p.budget_sequence_tokens = 0;
 	p.low_watermark = 1.0;
 	p.budget_global_pages = 30;
@@ -606,7 +608,7 @@ START_TEST(test_budgets_and_watermark)
 	o.weight = 1.0;
 	ck_assert_int_eq(md__host_engine_add(h, 2, 1, 32, 1, &o), 0);
 	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
-	for (uint32_t s = 0; s < 13; s++) {
+	for (uint32_t s = 0; s < 28; s++) {
 		r.slot = s;
 		r.u.page.first_pos = s;
 		r.u.page.n_tokens = 1;
@@ -614,14 +616,16 @@ START_TEST(test_budgets_and_watermark)
 		ck_assert_int_eq(md__host_ingest(h, 2, &r), 0);
 	}
 	n = md__host_decide(h, d, 16);
-	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(n, 9);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_eq(d[i].engine_id, 2);
 		ck_assert_uint_eq(d[i].reason, MD_EVICT_GLOBAL_BUDGET);
 	}
 	struct md__engine_stats st;
 	md__host_engine_stats(h, 2, &st);
-	ck_assert_uint_eq(st.budget_engine_pages, 10);
+	ck_assert_uint_eq(st.budget_engine_pages, 19);
+	md__host_engine_stats(h, 1, &st);
+	ck_assert_uint_eq(st.budget_engine_pages, 11);
 	md__host_free(h);
 }
 END_TEST
@@ -1168,6 +1172,257 @@ START_TEST(test_seq_protect_published)
 }
 END_TEST
 
+
+/* ---- the split of budget.global_pages: weighted max-min over holdings ---- */
+
+/* engine id with weight w and `pages` one-token pages in sequence 0 */
+static void engine_holding(struct md__host *h, uint32_t id, double w, uint32_t cap,
+			   uint32_t pages)
+{
+	struct md__engine_opts o;
+	md__engine_opts_defaults(&o);
+	o.weight = w;
+	ck_assert_int_eq(md__host_engine_add(h, id, 1, cap, 1, &o), 0);
+	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
+	for (uint32_t s = 0; s < pages; s++) {
+		r.slot = s;
+		r.u.page.first_pos = s;
+		r.u.page.n_tokens = 1;
+		r.u.page.labels = MD_REGION_USER;
+		ck_assert_int_eq(md__host_ingest(h, id, &r), 0);
+	}
+}
+
+static uint64_t budget_of(const struct md__host *h, uint32_t id)
+{
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, id, &st), 0);
+	return st.budget_engine_pages;
+}
+
+static uint64_t live_of(const struct md__host *h, uint32_t id)
+{
+	struct md__engine_stats st;
+	ck_assert_int_eq(md__host_engine_stats(h, id, &st), 0);
+	return st.pages_live;
+}
+
+static size_t evictions_of(const struct md__decision *d, size_t n, uint32_t id)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (d[i].engine_id == id) {
+			ck_assert_uint_eq(d[i].reason, MD_EVICT_GLOBAL_BUDGET);
+			k++;
+		}
+	return k;
+}
+
+static struct md__host *global_host(uint64_t global)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.protect_recent = 0;
+	p.budget_global_pages = global;
+	return md__host_new(&p);
+}
+
+/* An engine that attaches holding nothing takes no page from one that holds
+ * 48 of 64: the pages nobody holds are split, what is held stays. */
+START_TEST(test_global_idle_engine_costs_nothing)
+{
+	struct md__host *h = global_host(64);
+	struct md__decision d[64];
+	engine_holding(h, 1, 1.0, 96, 48);
+	ck_assert_uint_eq(md__host_decide(h, d, 64), 0);
+	ck_assert_uint_eq(budget_of(h, 1), 64);
+	engine_holding(h, 2, 1.0, 96, 0); /* HELLO weight 10^6, clamped to 1 */
+	ck_assert_uint_ge(budget_of(h, 1), 48);
+	ck_assert_uint_eq(md__host_decide(h, d, 64), 0);
+	ck_assert_uint_eq(live_of(h, 1), 48);
+	/* the 16 free pages, by weight, on top of the holdings */
+	ck_assert_uint_eq(budget_of(h, 1), 56);
+	ck_assert_uint_eq(budget_of(h, 2), 8);
+	struct md_param_block pb;
+	memset(&pb, 0, sizeof(pb));
+	ck_assert_int_eq(md__host_engine_param_view(h, 1, &pb), 0);
+	ck_assert_uint_eq(pb.budget_engine_pages, 56);
+	/* engine 2 grows to 20, within its half: engine 1 gives up 4 pages */
+	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
+	for (uint32_t s = 0; s < 20; s++) {
+		r.slot = s;
+		r.u.page.first_pos = s;
+		r.u.page.n_tokens = 1;
+		r.u.page.labels = MD_REGION_USER;
+		ck_assert_int_eq(md__host_ingest(h, 2, &r), 0);
+	}
+	size_t n = md__host_decide(h, d, 64);
+	ck_assert_uint_eq(n, 4);
+	ck_assert_uint_eq(evictions_of(d, n, 1), 4);
+	ck_assert_uint_eq(budget_of(h, 1), 44);
+	ck_assert_uint_eq(budget_of(h, 2), 20);
+	ck_assert_uint_eq(md__host_decide(h, d, 64), 0);
+	/* engine 2 detaches: engine 1 may grow back to the whole budget */
+	md__host_engine_remove(h, 2);
+	ck_assert_uint_eq(budget_of(h, 1), 64);
+	md__host_free(h);
+}
+END_TEST
+
+/* Both over their half: the plain weighted split, as before. */
+START_TEST(test_global_both_over)
+{
+	struct md__host *h = global_host(64);
+	struct md__decision d[64];
+	engine_holding(h, 1, 1.0, 64, 60);
+	engine_holding(h, 2, 1.0, 64, 60);
+	ck_assert_uint_eq(budget_of(h, 1), 32);
+	ck_assert_uint_eq(budget_of(h, 2), 32);
+	size_t n = md__host_decide(h, d, 64);
+	ck_assert_uint_eq(n, 56);
+	ck_assert_uint_eq(evictions_of(d, n, 1), 28);
+	ck_assert_uint_eq(evictions_of(d, n, 2), 28);
+	ck_assert_uint_eq(live_of(h, 1), 32);
+	ck_assert_uint_eq(live_of(h, 2), 32);
+	md__host_free(h);
+}
+END_TEST
+
+/* Weights 3:1, engine 2 holds 4 of its 16: engine 1 gets the other 60. */
+START_TEST(test_global_weighted_unused)
+{
+	struct md__host *h = global_host(64);
+	struct md__decision d[64];
+	engine_holding(h, 1, 3.0, 96, 80);
+	engine_holding(h, 2, 1.0, 96, 4);
+	ck_assert_uint_eq(budget_of(h, 1), 60);
+	ck_assert_uint_eq(budget_of(h, 2), 4);
+	size_t n = md__host_decide(h, d, 64);
+	ck_assert_uint_eq(n, 20);
+	ck_assert_uint_eq(evictions_of(d, n, 1), 20);
+	ck_assert_uint_eq(live_of(h, 1), 60);
+	ck_assert_uint_eq(live_of(h, 2), 4);
+	md__host_free(h);
+}
+END_TEST
+
+/* Three engines: one under its third, two over it share the rest. */
+START_TEST(test_global_three_mixed)
+{
+	struct md__host *h = global_host(90);
+	struct md__decision d[64];
+	engine_holding(h, 1, 1.0, 64, 10);
+	engine_holding(h, 2, 1.0, 64, 50);
+	engine_holding(h, 3, 1.0, 64, 50);
+	ck_assert_uint_eq(budget_of(h, 1), 10);
+	ck_assert_uint_eq(budget_of(h, 2), 40);
+	ck_assert_uint_eq(budget_of(h, 3), 40);
+	size_t n = md__host_decide(h, d, 64);
+	ck_assert_uint_eq(n, 20);
+	ck_assert_uint_eq(evictions_of(d, n, 1), 0);
+	ck_assert_uint_eq(evictions_of(d, n, 2), 10);
+	ck_assert_uint_eq(evictions_of(d, n, 3), 10);
+	md__host_free(h);
+
+	/* weights 1:2:1, all under: each keeps its holding, and the 5 pages
+	 * nobody holds are split by weight (floor(5 w / 4): 1, 2, 1) */
+	uint64_t held[3] = {5, 70, 20}, share[3];
+	double w[3] = {1, 2, 1};
+	ck_assert_int_eq(md__global_split(100, 3, held, w, share), 0);
+	ck_assert_uint_eq(share[0], 6);
+	ck_assert_uint_eq(share[1], 72);
+	ck_assert_uint_eq(share[2], 21);
+	/* weights 1:2:1, engine 2 over: engine 1 keeps 5, engine 3 its 20,
+	 * engine 2 the other 75 */
+	held[1] = 90;
+	ck_assert_int_eq(md__global_split(100, 3, held, w, share), 0);
+	ck_assert_uint_eq(share[0], 5);
+	ck_assert_uint_eq(share[1], 75);
+	ck_assert_uint_eq(share[2], 20);
+	/* 1:2:1, engines 2 and 3 over: engine 1 keeps 5, 95 split 2:1 */
+	held[2] = 60;
+	ck_assert_int_eq(md__global_split(100, 3, held, w, share), 0);
+	ck_assert_uint_eq(share[0], 5);
+	ck_assert_uint_eq(share[1], 63);
+	ck_assert_uint_eq(share[2], 31);
+}
+END_TEST
+
+/* Seeded random splits: at most global in all; each engine gets at least
+ * min(holding, floor(global w / W)); everything held fits when the holdings
+ * do; otherwise no engine gets more than it holds, fewer than one page per
+ * capped engine is lost to rounding, and no engine sits above a capped one's
+ * level by more than rounding; all over: the plain weighted split. */
+START_TEST(test_global_split_properties)
+{
+	static const uint64_t w2s[] = {1, 2, 4, 6, 20, 2000000}; /* twice the weight */
+	rng_state = 0x5eed5eedu;
+	for (int it = 0; it < 20000; it++) {
+		size_t n = 1 + rn(8);
+		uint64_t held[8], share[8], w2[8], sum_w2 = 0, sum_held = 0;
+		double w[8];
+		uint64_t global = 1 + rn(it % 3 ? 300 : 20);
+		for (size_t i = 0; i < n; i++) {
+			w2[i] = rn(3) ? w2s[rn(6)] : 2 * (1 + rn(100));
+			w[i] = (double)w2[i] / 2.0;
+			held[i] = rn(4) ? rn(200) : 0;
+			sum_w2 += w2[i];
+			sum_held += held[i];
+		}
+		ck_assert_int_eq(md__global_split(global, n, held, w, share), 0);
+		uint64_t sum = 0, capped = 0;
+		int all_over = 1;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t part = global * w2[i] / sum_w2;
+			sum += share[i];
+			ck_assert_uint_ge(share[i], held[i] < part ? held[i] : part);
+			if (held[i] <= part)
+				all_over = 0;
+			if (sum_held <= global)
+				ck_assert_uint_ge(share[i], held[i]);
+			else
+				ck_assert_uint_le(share[i], held[i]);
+			capped += share[i] < held[i];
+		}
+		ck_assert_uint_le(sum, global);
+		if (sum_held > global)
+			ck_assert_uint_gt(sum + capped, global);
+		for (size_t i = 0; i < n; i++) {
+			if (share[i] >= held[i])
+				continue;
+			for (size_t j = 0; j < n; j++) /* s_j / w_j < (s_i + 1) / w_i */
+				ck_assert(share[j] * w2[i] < (share[i] + 1) * w2[j]);
+		}
+		if (all_over)
+			for (size_t i = 0; i < n; i++)
+				ck_assert_uint_eq(share[i], global * w2[i] / sum_w2);
+	}
+	/* the host splits over what its engines hold; the budget it publishes
+	 * and decides with is that share (at least one page) */
+	for (int it = 0; it < 200; it++) {
+		uint64_t global = 1 + rn(120);
+		struct md__host *h = global_host(global);
+		size_t n = 1 + rn(4);
+		uint64_t held[4], share[4];
+		double w[4];
+		for (size_t i = 0; i < n; i++) {
+			w[i] = (double)(1 + rn(4));
+			held[i] = rn(3) ? rn(60) : 0;
+			engine_holding(h, (uint32_t)i + 1, w[i], 64, (uint32_t)held[i]);
+		}
+		ck_assert_int_eq(md__global_split(global, n, held, w, share), 0);
+		uint64_t sum = 0;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t b = budget_of(h, (uint32_t)i + 1);
+			ck_assert_uint_eq(b, share[i] ? share[i] : 1);
+			sum += share[i];
+		}
+		ck_assert_uint_le(sum, global);
+		md__host_free(h);
+	}
+}
+END_TEST
+
 static Suite *index_suite(void)
 {
 	Suite *s = suite_create("index");
@@ -1197,6 +1452,14 @@ static Suite *index_suite(void)
 	tcase_add_test(to, test_seq_protect_published);
 	tcase_add_test(to, test_seq_opts_oracle);
 	suite_add_tcase(s, to);
+	TCase *tg = tcase_create("global_share");
+	tcase_set_timeout(tg, 240);
+	tcase_add_test(tg, test_global_idle_engine_costs_nothing);
+	tcase_add_test(tg, test_global_both_over);
+	tcase_add_test(tg, test_global_weighted_unused);
+	tcase_add_test(tg, test_global_three_mixed);
+	tcase_add_test(tg, test_global_split_properties);
+	suite_add_tcase(s, tg);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -38,7 +38,7 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay-loadgen)
   set(_md_suite ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_suite.sh)
   foreach(backend uring epoll)
     foreach(scenario basic ctl_errors robustness reload lambda policy eight kill9 shutdown nap
-            seqopts)
+            seqopts global)
       add_test(NAME daemon_${scenario}_${backend}
         COMMAND bash ${_md_suite} ${scenario} ${backend} $<TARGET_FILE_DIR:memdecayd>)
       set_tests_properties(daemon_${scenario}_${backend} PROPERTIES TIMEOUT 120

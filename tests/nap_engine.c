@@ -14,13 +14,18 @@
  * asleep_after_ms: time from the last publish until the flag went up
  * (-1: not within HOLD_MS).  Then it stays attached, beating, until SIGTERM
  * (at most 60 s), so that daemon_suite.sh's `nap` scenario can compare these
- * with the daemon's `stats --json`.
+ * with the daemon's `stats --json`.  On SIGUSR1 meanwhile it prints the page
+ * budget its parameter block holds: budget_engine_pages=N.
  *
- *   nap_engine SOCK STEPS PERIOD_US PAGES HOLD_MS
+ *   nap_engine SOCK STEPS PERIOD_US PAGES HOLD_MS [WEIGHT [NAME]]
+ *
+ * PAGES 0 attaches holding nothing (and publishes no step); WEIGHT is the
+ * HELLO weight (default 1), NAME the engine name (default nap-engine).
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "memdecay.h"
@@ -41,6 +46,13 @@ static void on_term(int sig)
 	stop = 1;
 }
 
+static volatile sig_atomic_t report;
+static void on_usr1(int sig)
+{
+	(void)sig;
+	report = 1;
+}
+
 static uint32_t daemon_flag(const md_client *c)
 {
 	return md_load_relaxed(&c->a.dctrl->sleeping);
@@ -48,24 +60,25 @@ static uint32_t daemon_flag(const md_client *c)
 
 int main(int argc, char **argv)
 {
-	if (argc != 6) {
-		fprintf(stderr, "usage: nap_engine SOCK STEPS PERIOD_US PAGES HOLD_MS\n");
+	if (argc < 6 || argc > 8) {
+		fprintf(stderr, "usage: nap_engine SOCK STEPS PERIOD_US PAGES HOLD_MS [WEIGHT [NAME]]\n");
 		return 2;
 	}
 	uint32_t steps = (uint32_t)strtoul(argv[2], NULL, 10);
 	uint64_t period_ns = strtoull(argv[3], NULL, 10) * 1000ull;
 	uint32_t pages = (uint32_t)strtoul(argv[4], NULL, 10);
 	uint64_t hold_ns = strtoull(argv[5], NULL, 10) * 1000000ull;
-	if (!pages || pages > 4096) {
-		fprintf(stderr, "nap_engine: PAGES must be 1..4096\n");
+	if (pages > 4096) {
+		fprintf(stderr, "nap_engine: PAGES must be 0..4096\n");
 		return 2;
 	}
 
 	struct md_client_config cfg;
 	md_client_config_init(&cfg);
 	cfg.socket_path = argv[1];
-	cfg.engine_name = "nap-engine";
-	cfg.page_capacity = pages;
+	cfg.engine_name = argc > 7 ? argv[7] : "nap-engine";
+	cfg.weight = argc > 6 ? strtod(argv[6], NULL) : 0.0;
+	cfg.page_capacity = pages ? pages : 1;
 	cfg.max_seqs = 1;
 	cfg.budget_engine_pages = 0;
 	cfg.budget_sequence_tokens = 0;
@@ -76,9 +89,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t published = 0;
-	uint32_t *slots = calloc(pages, sizeof(*slots));
-	float *mass = calloc(pages, sizeof(*mass));
-	uint16_t *refresh = calloc(pages, sizeof(*refresh));
+	uint32_t *slots = calloc(pages ? pages : 1, sizeof(*slots));
+	float *mass = calloc(pages ? pages : 1, sizeof(*mass));
+	uint16_t *refresh = calloc(pages ? pages : 1, sizeof(*refresh));
 	if (!slots || !mass || !refresh)
 		return 1;
 	uint64_t labels = 0; /* region 0 for every token */
@@ -96,7 +109,7 @@ int main(int argc, char **argv)
 
 	uint32_t seq = 0, tok = 1, flag_up = 0;
 	uint64_t next = md_now_ns() + period_ns;
-	for (uint32_t s = 0; s < steps; s++) {
+	for (uint32_t s = 0; pages && s < steps; s++) {
 		if (daemon_flag(c))
 			flag_up++;
 		struct md_batch_result res;
@@ -135,11 +148,21 @@ int main(int argc, char **argv)
 	       asleep ? (double)asleep_ns / 1e6 : -1.0);
 	fflush(stdout);
 	signal(SIGTERM, on_term);
+	signal(SIGUSR1, on_usr1);
 	uint64_t t0 = md_now_ns();
 	while (!stop && md_now_ns() - t0 < 60000000000ull) {
 		md_client_check(c, 3000);
 		struct timespec ts = { 0, 20000000 }; /* 20 ms */
 		nanosleep(&ts, NULL);
+		if (report) { /* the page budget its parameter block holds now */
+			report = 0;
+			struct md_params_view pv;
+			memset(&pv, 0, sizeof(pv));
+			(void)md_client_params(c, &pv);
+			printf("budget_engine_pages=%llu\n",
+			       (unsigned long long)pv.budget_engine_pages);
+			fflush(stdout);
+		}
 	}
 	md_client_destroy(c);
 	free(slots);

@@ -562,6 +562,23 @@ static int cuda_service(struct md__daemon *d, struct md__peer *e)
 	return n;
 }
 
+/* An engine's share of budget.global_pages follows what every engine holds
+ * (an attach, a detach, pages opened or freed anywhere): after a decision
+ * pass, republish each parameter block whose page budget moved. */
+static void publish_moved_budgets(struct md__daemon *d)
+{
+	if (!md__daemon_params(d)->budget_global_pages)
+		return;
+	for (struct md__peer *e = d->engines; e; e = e->next) {
+		struct md_param_block view;
+		memset(&view, 0, sizeof(view));
+		if (md__host_engine_param_view(d->host, e->id, &view) < 0)
+			continue;
+		if (view.budget_engine_pages != md_load_relaxed(&e->params->budget_engine_pages))
+			md__peer_publish_params(d, e);
+	}
+}
+
 int md__peers_service(struct md__daemon *d)
 {
 	int work = 0;
@@ -601,6 +618,7 @@ int md__peers_service(struct md__daemon *d)
 			d->last_decide_ns = now;
 			decide(d);
 			publish_protect_all(d);
+			publish_moved_budgets(d);
 		}
 	}
 	for (e = d->engines; e; e = e->next)

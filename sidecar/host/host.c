@@ -45,6 +45,7 @@ struct md__host *md__host_new(const struct md__params *p)
 	else
 		md__params_defaults(&h->params);
 	h->params_epoch = 1;
+	h->shares = calloc(1, sizeof(*h->shares)); /* none: the plain weighted split */
 	return h;
 }
 
@@ -100,6 +101,7 @@ void md__host_free(struct md__host *h)
 	free(h->engines);
 	free(h->scratch_a);
 	free(h->scratch_b);
+	md__share_cache_free(h->shares);
 	free(h);
 }
 

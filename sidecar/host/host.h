@@ -215,7 +215,7 @@ struct md__engine_stats {
 	uint64_t evictions;
 	uint64_t evictions_by_region[MD_REGIONS_MAX]; /* by dominant region */
 	uint64_t evictions_by_reason[MD_EVICT_REASON_COUNT];
-	uint64_t budget_engine_pages;                 /* effective, 0 = none */
+	uint64_t budget_engine_pages;                 /* effective (own, or global share), 0 = none */
 	uint64_t decisions;
 	uint64_t decision_ns_total;
 	uint64_t seqs_own_options;   /* sequences with own options now */
@@ -226,5 +226,13 @@ int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 			  struct md__engine_stats *out);
 /* Engine ids currently attached, in attach order; returns the count. */
 size_t md__host_engine_ids(const struct md__host *h, uint32_t *ids, size_t cap);
+
+/* The split of budget.global_pages (docs/policies.md, "Budgets"): share[i] of
+ * engine i holding held[i] pages with weight[i] > 0, by weighted max-min in
+ * integer pages; the shares sum to at most global.  The host splits over
+ * every attached engine with what each holds (live and evicting pages).
+ * Returns 0, or -1 without memory (share untouched). */
+int md__global_split(uint64_t global, size_t n, const uint64_t *held, const double *weight,
+		     uint64_t *share);
 
 #endif

@@ -129,6 +129,18 @@ struct md__engine {
 	int kpub_all;
 };
 
+/* the last split of budget.global_pages (settings.c) with what it was made
+ * from, per engine in attach order: reused while nothing of it moved */
+struct md__split_ent;
+struct md__share_cache {
+	uint64_t global;
+	size_t n, cap;
+	int valid;
+	uint32_t *id;
+	uint64_t *held, *wfix, *share;
+	struct md__split_ent *tmp;
+};
+
 struct md__host {
 	struct md__params params;
 	uint64_t params_epoch;
@@ -138,6 +150,7 @@ struct md__host {
 	void *scratch_a, *scratch_b;
 	size_t scratch_a_cap, scratch_b_cap;
 	uint64_t now_ns;              /* md__host_set_now */
+	struct md__share_cache *shares; /* written through a const host: a memo only */
 };
 
 /* ---- effective settings: what an engine runs with (its options over the
@@ -220,7 +233,8 @@ static inline int md__page_is_pinned(const struct md__params *p, uint64_t labels
 }
 
 /* settings.c */
-/* effective page budget (0 none) and the reason it evicts with */
+/* effective page budget (0 none) and the reason it evicts with: the smaller
+ * of the engine's own budget and its share of budget.global_pages */
 uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
 				uint32_t *reason);
 /* newest pages of a sequence that are protected under the engine's policy */
@@ -231,6 +245,7 @@ uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine
 uint32_t md__seq_protect_count(const struct md__host *h, const struct md__engine *e, uint32_t q,
 			       uint64_t seqs_live);
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
+void md__share_cache_free(struct md__share_cache *c);
 
 /* pagestate.c */
 /* Applies one record.  Returns -reason when it is rejected, else the mask of

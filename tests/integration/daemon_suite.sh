@@ -3,7 +3,8 @@
 # Each run starts its own daemon (--event-loop BACKEND) on a socket in a fresh
 # mktemp -d directory and drives it with real memdecay-loadgen processes (and
 # nap_engine, tests/nap_engine.c) and memdecayctl.  Scenarios: basic
-# ctl_errors robustness reload lambda policy eight kill9 shutdown nap seqopts.
+# ctl_errors robustness reload lambda policy eight kill9 shutdown nap seqopts
+# global.
 # Exit 0 = pass; on failure the daemon log is printed.
 set -u
 SCENARIO=$1
@@ -461,6 +462,68 @@ PYEOF
 	bad=$(nap_check nap0 sleep)
 	[ -z "$bad" ] || fail "nap_ms=0: $bad ($(cat "$D/nap0.out"))"
 	echo "nap_ms=50: $(cat "$D/nap50.out"); nap_ms=0: $(cat "$D/nap0.out")"
+	;;
+
+global)
+	# budget.global_pages is split by weighted max-min over what the engines
+	# hold (docs/policies.md, "Budgets"): an engine holding 48 of 64 pages
+	# keeps them all when a second one attaches holding none, whatever its
+	# HELLO weight (10^6 here, clamped to budget.max_engine_weight = 1).
+	start_daemon
+	# nap_engine's pages are all region 0 (system): unpinned, they can go
+	ctl set budget.global_pages=64 memdecay.region.system.pinned=false >/dev/null ||
+		fail "set budget.global_pages"
+	nap_start() { # NAME PAGES WEIGHT: attached once its line is printed
+		"$BIN/nap_engine" "$SOCK" 0 1000 "$2" 50 "$3" "$1" >"$D/$1.out" 2>"$D/$1.err" &
+		PIDS+=($!)
+		eval "NAP_$1=$!"
+		for _ in $(seq 200); do
+			grep -q published= "$D/$1.out" && return 0
+			sleep 0.05
+		done
+		fail "nap_engine $1 did not attach: $(cat "$D/$1.err")"
+	}
+	live_of() { # NAME: its live pages in the daemon's view
+		ctl --json engines >"$D/e.json" 2>/dev/null &&
+			py "[e['pages_live'] for e in o['engines'] if e['name'] == '$1'][0]" "$D/e.json"
+	}
+	nap_start busy 48 1
+	for _ in $(seq 100); do
+		[ "$(live_of busy)" = 48 ] && break
+		sleep 0.05
+	done
+	[ "$(live_of busy)" = 48 ] || fail "busy: 48 pages not seen: $(cat "$D/e.json")"
+	nap_start idle 0 1000000
+	wait_engines 2
+	sleep 0.5 # decision passes after the attach
+	ctl --json engines >"$D/engines.json" || fail "engines failed"
+	ctl --json stats >"$D/stats.json" || fail "stats failed"
+	python3 - "$D/engines.json" "$D/stats.json" <<'PYEOF' || fail "an idle engine cost the busy one pages"
+import json, sys
+e = {x["name"]: x for x in json.load(open(sys.argv[1]))["engines"]}
+s = json.load(open(sys.argv[2]))
+busy, idle = e["busy"], e["idle"]
+assert idle["weight"] == 1, idle
+assert busy["pages_live"] == 48 and busy["pages_live"] <= busy["budget_engine_pages"], busy
+# the 16 pages nobody holds, split 1:1 on top of the holdings
+assert busy["budget_engine_pages"] == 56 and idle["budget_engine_pages"] == 8, (busy, idle)
+assert s["daemon"]["weights_clamped"] == 1, s["daemon"]
+for x in s["engines"]:
+    assert x["evictions"] == 0, x
+PYEOF
+	# what each engine reads in its parameter block: the same shares
+	kill -USR1 "$NAP_busy" "$NAP_idle"
+	for _ in $(seq 100); do
+		grep -q budget_engine_pages= "$D/busy.out" && grep -q budget_engine_pages= "$D/idle.out" &&
+			break
+		sleep 0.05
+	done
+	grep -q '^budget_engine_pages=56$' "$D/busy.out" ||
+		fail "busy: parameter block budget is not 56: $(cat "$D/busy.out")"
+	grep -q '^budget_engine_pages=8$' "$D/idle.out" ||
+		fail "idle: parameter block budget is not 8: $(cat "$D/idle.out")"
+	kill -TERM "$NAP_busy" "$NAP_idle"
+	wait "$NAP_busy" "$NAP_idle"
 	;;
 
 seqopts)
