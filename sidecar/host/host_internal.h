@@ -136,9 +136,8 @@ struct md__share_cache {
 	uint64_t global;
 	size_t n, cap;
 	int valid;
-	uint32_t *id;
-	uint64_t *held, *wfix, *share;
-	struct md__split_ent *tmp;
+	struct md__split_ent *ent; /* per engine in attach order: inputs and share */
+	struct md__split_ent *tmp; /* the same, sorted by the split */
 };
 
 struct md__host {

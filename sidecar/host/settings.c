@@ -35,6 +35,7 @@ typedef unsigned __int128 md__u128;
 struct md__split_ent {
 	uint64_t held, wfix, share;
 	size_t idx;
+	uint32_t id; /* the engine's, for the host's cache */
 };
 
 static uint64_t weight_fix(double w)
@@ -96,7 +97,7 @@ int md__global_split(uint64_t global, size_t n, const uint64_t *held, const doub
 	if (!t)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		t[i] = (struct md__split_ent){held[i], weight_fix(weight[i]), 0, i};
+		t[i] = (struct md__split_ent){held[i], weight_fix(weight[i]), 0, i, 0};
 	split(global, t, n);
 	for (size_t i = 0; i < n; i++)
 		share[t[i].idx] = t[i].share;
@@ -116,10 +117,7 @@ void md__share_cache_free(struct md__share_cache *c)
 {
 	if (!c)
 		return;
-	free(c->id);
-	free(c->held);
-	free(c->wfix);
-	free(c->share);
+	free(c->ent);
 	free(c->tmp);
 	free(c);
 }
@@ -137,30 +135,21 @@ static uint64_t global_share(const struct md__host *h, const struct md__engine *
 		const struct md__engine *x = h->engines[i];
 		if (x == e)
 			at = i;
-		if (valid && (c->id[i] != x->id || c->held[i] != engine_held(x) ||
-			      c->wfix[i] != weight_fix(x->opts.weight)))
+		if (valid && (c->ent[i].id != x->id || c->ent[i].held != engine_held(x) ||
+			      c->ent[i].wfix != weight_fix(x->opts.weight)))
 			valid = 0;
 	}
 	if (valid)
-		return c->share[at];
+		return c->ent[at].share;
 	if (c && n > c->cap) {
 		size_t cap = n * 2;
-		uint32_t *id = realloc(c->id, cap * sizeof(*id));
-		if (id)
-			c->id = id;
-		uint64_t *hd = realloc(c->held, cap * sizeof(*hd));
-		if (hd)
-			c->held = hd;
-		uint64_t *wf = realloc(c->wfix, cap * sizeof(*wf));
-		if (wf)
-			c->wfix = wf;
-		uint64_t *sh = realloc(c->share, cap * sizeof(*sh));
-		if (sh)
-			c->share = sh;
+		struct md__split_ent *ent = realloc(c->ent, cap * sizeof(*ent));
+		if (ent)
+			c->ent = ent;
 		struct md__split_ent *t = realloc(c->tmp, cap * sizeof(*t));
 		if (t)
 			c->tmp = t;
-		if (id && hd && wf && sh && t)
+		if (ent && t)
 			c->cap = cap;
 	}
 	if (!c || n > c->cap) {
@@ -171,18 +160,17 @@ static uint64_t global_share(const struct md__host *h, const struct md__engine *
 	}
 	for (size_t i = 0; i < n; i++) {
 		const struct md__engine *x = h->engines[i];
-		c->id[i] = x->id;
-		c->held[i] = engine_held(x);
-		c->wfix[i] = weight_fix(x->opts.weight);
-		c->tmp[i] = (struct md__split_ent){c->held[i], c->wfix[i], 0, i};
+		c->ent[i] = (struct md__split_ent){engine_held(x), weight_fix(x->opts.weight), 0, i,
+						   x->id};
+		c->tmp[i] = c->ent[i];
 	}
 	split(global, c->tmp, n);
 	for (size_t i = 0; i < n; i++)
-		c->share[c->tmp[i].idx] = c->tmp[i].share;
+		c->ent[c->tmp[i].idx].share = c->tmp[i].share;
 	c->global = global;
 	c->n = n;
 	c->valid = 1;
-	return c->share[at];
+	return c->ent[at].share;
 }
 
 uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
