@@ -28,18 +28,11 @@ import json
 import os
 import time
 
-from . import log, settings
-from . import metrics
+from . import log, metrics, settings
+from .settings import fault
 from .sessions import EVENTS_ATTR, EVICTED_FLAG, HIT_ATTR, extends, store_of
 
 EVICTED_ATTR = "memdecay_evicted"
-
-
-def fault(point):
-    """Raises where a test asked for it (MEMDECAY_VLLM_TEST_FAULT)."""
-    if point in settings.get().test_faults:
-        raise RuntimeError("memdecay_vllm: injected fault in %s (MEMDECAY_VLLM_TEST_FAULT)"
-                           % point)
 
 
 def _managers(kv_cache_manager):

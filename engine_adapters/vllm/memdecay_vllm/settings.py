@@ -107,6 +107,13 @@ class Settings:
 _settings = None
 
 
+def fault(point):
+    """Raises where a test asked for it (MEMDECAY_VLLM_TEST_FAULT, FAULT_POINTS)."""
+    if point in get().test_faults:
+        raise RuntimeError("memdecay_vllm: injected fault in %s (MEMDECAY_VLLM_TEST_FAULT)"
+                           % point)
+
+
 def get():
     global _settings
     if _settings is None:

@@ -77,12 +77,6 @@ class Engine:
         return self.mirror.reqs
 
     # ---- faults: a request's fault costs its eviction, never the server ----
-    def fault(self, point):
-        """Raises where a test asked for it (MEMDECAY_VLLM_TEST_FAULT)."""
-        if point in self.s.test_faults:
-            raise RuntimeError("memdecay_vllm: injected fault in %s (MEMDECAY_VLLM_TEST_FAULT)"
-                               % point)
-
     def fail_open(self, req_id, where, err):
         """Request req_id is served without eviction from now on: its pages leave
         the daemon, the blocks already evicted stay holes (null blocks in the
@@ -113,7 +107,7 @@ class Engine:
         """Starts tracking req_id: its regions, and its own budget and policy
         (the fields api.py and offline.py checked; None: the engine's) as its
         sequence's options."""
-        self.fault("track")
+        settings.fault("track")
         args = (st.sampling_params.extra_args if st.sampling_params is not None else None) or {}
         budget = args.get(regions.BUDGET_KEY)
         budget = int(budget) if budget is not None else None
@@ -179,7 +173,7 @@ class Engine:
     def on_update(self, runner, so):
         with _lock:
             try:
-                self.fault("sessions")
+                settings.fault("sessions")
                 self._sessions_update(so)
             except Exception as e:
                 log.failed("the step's session events", e)
@@ -190,7 +184,7 @@ class Engine:
                 if st is None or req_id in self.failed:
                     continue
                 try:
-                    self.fault("update")
+                    settings.fault("update")
                     self._schedule(req_id, st, n)
                 except Exception as e:
                     self.fail_open(req_id, "declaring its tokens", e)
@@ -225,7 +219,7 @@ class Engine:
         if not self.step_active or not self.reqs:
             return
         try:
-            self.fault("build")
+            settings.fault("build")
             self.stats.plan(cm, self._tracked_rows(cm), kept)
         except Exception as e:
             self.stats.clear()
@@ -235,7 +229,7 @@ class Engine:
         if not self.stats.rows:
             return
         try:
-            self.fault("forward")
+            settings.fault("forward")
             self.stats.layer(impl, layer, query, kv_cache)
         except Exception as e:
             rows, self.stats.rows = self.stats.rows, []
@@ -257,7 +251,7 @@ class Engine:
             self.last_step = now
             evicted = []
             try:
-                self.fault("step_end")
+                settings.fault("step_end")
                 self._step_end(evicted, reportable)
             except Exception as e:
                 self.fail_open_all("publishing the step", e)
