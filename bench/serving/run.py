@@ -15,6 +15,10 @@ serving"):
   sessions-recency  MemDecay sessions, recency with system pinned (a sink plus a
                  window with the instructions kept)
   nosessions-turn   MemDecay at budget B without sessions: every turn starts afresh
+  pool-turn      pool mode (MEMDECAY_VLLM_POOL=on), memdecay-turn: no budget,
+                 memdecayd evicts across every request and session only above
+                 the pool's watermark
+  pool-recency   pool mode with recency
 The client sends each agent's session_id in every row (vLLM's own field; plain
 vLLM only tags its KV events with it) and no MemDecay field: the budget and the
 policy are the operator's (MEMDECAY_VLLM_BUDGET_TOKENS, MEMDECAY_VLLM_POLICY).
@@ -42,13 +46,19 @@ import agents  # noqa: E402
 import harness  # noqa: E402
 
 MODEL = "smollm2"
-ROWS = ("reference", "plain", "trim", "sessions-turn", "sessions-recency", "nosessions-turn")
+ROWS = ("reference", "plain", "trim", "sessions-turn", "sessions-recency", "nosessions-turn",
+        "pool-turn", "pool-recency")
 
 
 def row_env(row, a):
-    env = {"MEMDECAY_VLLM_BUDGET_TOKENS": str(a.budget)}
     if row in ("reference", "plain", "trim"):
         return {}, False
+    if row.startswith("pool"):
+        # no budget: memdecayd evicts only above the pool's watermark
+        return {"MEMDECAY_VLLM_POOL": "on",
+                "MEMDECAY_VLLM_POLICY": "recency" if row.endswith("recency")
+                else "memdecay-turn"}, True
+    env = {"MEMDECAY_VLLM_BUDGET_TOKENS": str(a.budget)}
     env["MEMDECAY_VLLM_POLICY"] = "recency" if row.endswith("recency") else "memdecay-turn"
     env["MEMDECAY_VLLM_SESSIONS"] = "off" if row.startswith("nosessions") else "on"
     return env, True

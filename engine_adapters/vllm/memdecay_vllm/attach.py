@@ -2,7 +2,8 @@
 
 Each vLLM worker attaches once, under the engine name (MEMDECAY_VLLM_ENGINE),
 with the engine's default policy and per-sequence budget
-(MEMDECAY_VLLM_POLICY, MEMDECAY_VLLM_BUDGET_TOKENS).  A request's own budget
+(MEMDECAY_VLLM_POLICY, MEMDECAY_VLLM_BUDGET_TOKENS) and, in pool mode, the
+engine page budget derived from vLLM's KV pool (pool.py).  A request's own budget
 and policy are its sequence's options (mirror.py), not another attachment.
 
 Fail-open: detached, the worker evicts nothing and vLLM serves as it would
@@ -21,7 +22,9 @@ from .mirror import PAGE_TOKENS
 
 
 class Attachment:
-    def __init__(self, s, page_capacity, max_seqs):
+    def __init__(self, s, page_capacity, max_seqs, engine_pages=-1):
+        """engine_pages: the engine page budget asked in HELLO (pool mode: the
+        share of vLLM's pool below the watermark); -1: the daemon's setting."""
         self.s = s
         self.name = s.engine_name
         budget = s.budget_tokens
@@ -29,7 +32,7 @@ class Attachment:
             socket_path=s.socket, engine_name=self.name, page_tokens=PAGE_TOKENS,
             page_capacity=page_capacity, max_seqs=max_seqs, policy=s.policy,
             budget_sequence_tokens=budget if budget and budget > 0 else -1,
-            library=s.library)
+            budget_engine_pages=engine_pages, library=s.library)
         self.batch = self.client.batch()
         c = self.client
         self.up = c.attached

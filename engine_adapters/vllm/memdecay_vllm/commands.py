@@ -42,13 +42,17 @@ class Commands:
         self.evicted = None        # the step's (request id, block) pairs, while settling
         self.pinned_mask = 0       # the parameter block's, read at the step's end
 
-    def publish(self, reqs, prm):
+    def publish(self, reqs, prm, idle=()):
         """One step: each request's clock, and the page masses of those the
-        daemon may evict."""
+        daemon may evict; idle: [(seq, tokens)] clock advances of idle sessions
+        (pool mode)."""
         b = self.batch
         c = self.client
         n = 0
-        steps = []
+        steps = list(idle)
+        while len(steps) >= b.max_steps:
+            c.publish(b, 0, steps=steps[:b.max_steps])
+            steps = steps[b.max_steps:]
         for r in reqs:
             steps.append((r.seq, r.step_tokens))
             r.step_tokens = 0

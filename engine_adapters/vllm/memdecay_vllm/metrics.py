@@ -33,12 +33,15 @@ def setup_dir():
     return d
 
 
-def publish(store):
-    """Engine core, every step: writes the store's snapshot when it changed."""
+def publish(store, pool=None):
+    """Engine core, every step: writes the store's snapshot (and pool mode's
+    counters) when it changed."""
     d = os.environ.get(DIR_ENV)
     if not d:
         return
     snap = store.snapshot()
+    if pool is not None:
+        snap["pool"] = pool.snapshot()
     if snap == _last["snap"]:
         return
     path = os.path.join(d, "engine-%d.json" % os.getpid())
@@ -95,6 +98,12 @@ class Collector:
         }
         releases = CounterMetricFamily(PREFIX + "session_releases",
                                        "Sessions released, by reason", labels=["engine", "reason"])
+        pool_steps = CounterMetricFamily(
+            PREFIX + "pool_events",
+            "Pool mode, the order before preemption: short_steps (steps with an allocation "
+            "short), short_blocks (blocks asked of memdecayd), held (a request waited a step "
+            "for memdecayd), held_out (the wait ended without room: sessions, then vLLM's "
+            "preemption, follow), preempted (vLLM's preemptions)", labels=["engine", "event"])
         for pid, s in sorted(snaps.items()):
             c = s.get("counters", {})
             g_sess.add_metric([pid], s.get("sessions", 0))
@@ -103,10 +112,13 @@ class Collector:
                 fam.add_metric([pid], c.get(k, 0))
             for r in RELEASE_REASONS:
                 releases.add_metric([pid, r], c.get("released_" + r, 0))
+            for k, v in sorted((s.get("pool") or {}).get("counters", {}).items()):
+                pool_steps.add_metric([pid, k], v)
         yield g_sess
         yield g_blocks
         yield from counters.values()
         yield releases
+        yield pool_steps
 
 
 _registered = {"done": False}

@@ -8,6 +8,8 @@ as vLLM schedules its tokens and labelled with the tokens' regions (api.py,
 offline.py); the blocks evicted so far are its holes.  `Mirror` holds the
 running requests, the finished ones retained for their session's next turn
 (sessions.py), and what a new request adopts from them."""
+import time
+
 import memdecay
 from memdecay import Region
 
@@ -23,7 +25,7 @@ def pinned(regions, mask):
 
 class Req:
     __slots__ = ("id", "seq", "prompt_regions", "n", "pages", "holes", "step_tokens",
-                 "acc", "acc_layers", "kept", "may_evict")
+                 "acc", "acc_layers", "kept", "may_evict", "idle_t", "idle_acc")
 
     def __init__(self, req_id, seq, prompt_regions):
         self.id = req_id
@@ -39,6 +41,8 @@ class Req:
         # whether the daemon may evict its pages (a budget of its own or the engine's),
         # read every step: statistics are computed only for requests it may evict
         self.may_evict = True
+        self.idle_t = 0.0          # retained (pool mode): when its clock last advanced
+        self.idle_acc = 0.0        # and the fraction of a token it is owed
 
     def region_at(self, pos):
         r = self.prompt_regions
@@ -117,6 +121,8 @@ class Mirror:
         if r is not None:
             r.step_tokens = 0
             r.acc = r.kept = None
+            r.idle_t = time.monotonic()
+            r.idle_acc = 0.0
             self.retained[req_id] = r
             self._mark(r, True, session_id)
 
@@ -126,6 +132,23 @@ class Mirror:
         except Exception as e:          # the operator's view only: never the request
             log.failed("marking sequence %d %s" % (r.seq, "retained" if retained else "running"),
                        e)
+
+    def idle_steps(self, rate):
+        """Pool mode: [(seq, tokens)] that advance each retained session's clock
+        by `rate` tokens a second of wall time since the last call (whole
+        tokens; the fraction carries over)."""
+        if rate <= 0 or not self.retained:
+            return []
+        now = time.monotonic()
+        out = []
+        for r in self.retained.values():
+            r.idle_acc += rate * (now - r.idle_t)
+            r.idle_t = now
+            n = int(r.idle_acc)
+            if n > 0:
+                r.idle_acc -= n
+                out.append((r.seq, n))
+        return out
 
     def release(self, key):
         r = self.retained.pop(key, None)

@@ -29,6 +29,7 @@ import os
 import time
 
 from . import log, metrics, settings
+from .pool import STATE_ATTR, pool_of
 from .settings import fault
 from .sessions import EVENTS_ATTR, EVICTED_FLAG, HIT_ATTR, extends, store_of
 
@@ -106,10 +107,12 @@ class Trace:
                                      "tokens": req.num_computed_tokens, "freed": freed,
                                      "pool_free": pool.get_num_free_blocks()}) + "\n")
 
-    def sessions(self, st, ev):
-        self.f.write(json.dumps({"pid": os.getpid(), "t": time.time(), "sessions": ev,
-                                 "retained_blocks": st.held_blocks(),
-                                 "counters": st.counters}) + "\n")
+    def sessions(self, st, ev, pool=None):
+        row = {"pid": os.getpid(), "t": time.time(), "sessions": ev,
+               "retained_blocks": st.held_blocks(), "counters": st.counters}
+        if pool is not None:
+            row["pool"] = pool.counters
+        self.f.write(json.dumps(row) + "\n")
 
 
 _trace = {}
@@ -133,6 +136,9 @@ def wrap_update_from_output(orig):
             fault("scheduler")
             evicted = getattr(model_runner_output, EVICTED_ATTR, None)
             freed = free_evicted(self, evicted) if evicted else 0
+            state = getattr(model_runner_output, STATE_ATTR, None)
+            if state is not None:
+                pool_of(self.kv_cache_manager, settings.get()).state = state
             tr = trace_of()
             if tr is not None:
                 tr.write(self, freed)
@@ -178,24 +184,44 @@ def wrap_free_blocks(orig):
 def wrap_schedule(orig):
     def schedule(self, *args, **kwargs):
         st = store_of(self.kv_cache_manager)
+        s = settings.get()
+        p = None
         try:
             fault("expire")
             st.expire()
+            if s.pool:
+                p = pool_of(self.kv_cache_manager, s)
+                p.begin_step()
         except Exception as e:
             log.failed("expiring sessions", e)
         out = orig(self, *args, **kwargs)
         try:
+            if p is not None:
+                p.end_step(out)
             ev = st.take_events()
             if ev is not None:
                 setattr(out, EVENTS_ATTR, ev)
                 tr = trace_of()
                 if tr is not None:
-                    tr.sessions(st, ev)
-            metrics.publish(st)
+                    tr.sessions(st, ev, p)
+            metrics.publish(st, p)
         except Exception as e:
             log.failed("the step's session events", e)
         return out
     return schedule
+
+
+def wrap_request_blocks_can_be_freed(orig):
+    """Pool mode: vLLM asks this before it preempts a request to make room; a
+    request held for the daemon (pool.Pool.failed) answers no, once, and vLLM
+    then leaves the request for the next step instead of preempting."""
+    def _request_blocks_can_be_freed(self, request):
+        p = getattr(self.kv_cache_manager, "_memdecay_pool", None)
+        if p is not None and p.hold_now:
+            p.hold_now = False
+            return False
+        return orig(self, request)
+    return _request_blocks_can_be_freed
 
 
 def wrap_get_computed_blocks(orig):
@@ -235,12 +261,14 @@ def wrap_allocate_slots(orig):
     def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
                        new_computed_blocks=None, *args, **kwargs):
         hit = getattr(new_computed_blocks, HIT_ATTR, None) if new_computed_blocks else None
+        rest = (num_new_tokens, num_new_computed_tokens, new_computed_blocks, args, kwargs)
         if hit is None:
             out = orig(self, request, num_new_tokens, num_new_computed_tokens,
                        new_computed_blocks, *args, **kwargs)
             if out is None:
-                out = _retry_releasing(self, orig, None, request, num_new_tokens,
-                                       num_new_computed_tokens, new_computed_blocks, args, kwargs)
+                out, _ = _short(self, orig, None, request, *rest)
+            else:
+                _allocated(self, request)
             return out
         x, n, how = hit
         st = store_of(self)
@@ -266,19 +294,65 @@ def wrap_allocate_slots(orig):
             return _adopt_failed(st, x, request, mgrs, how)
         out = orig(self, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                    *args, **kwargs)
+        held = False
         if out is None:
-            out = _retry_releasing(self, orig, x, request, num_new_tokens,
-                                   num_new_computed_tokens, new_computed_blocks, args, kwargs)
+            rest = (num_new_tokens, num_new_computed_tokens, new_computed_blocks, args, kwargs)
+            out, held = _short(self, orig, x, request, *rest)
+        else:
+            _allocated(self, request)
         if x is None:
             return out
         try:
             if out is None:
+                if held and how == "hit":
+                    # the session stays: the request waits for the daemon, and its
+                    # next lookup flags it again
+                    if not request.num_computed_tokens:
+                        setattr(request, EVICTED_FLAG, False)
+                    return None
                 return _adopt_failed(st, x, request, mgrs, how)
             st.consume(request, x, n, bs, moved=(how == "install"))
         except Exception as e:
             log.failed("adopting a session for request %s" % request.request_id, e)
         return out
     return allocate_slots
+
+
+def _short(kv, orig, keep, request, *rest):
+    """allocate_slots failed.  Pool mode first asks memdecayd for room
+    (pool.py): the request is held and (None, True) returned while the daemon
+    can still free.  Then retained sessions are released, least recently used
+    first, and vLLM's own path (preemption) follows: (blocks or None, False)."""
+    s = settings.get()
+    if s.pool:
+        try:
+            p = pool_of(kv, s)
+            if p.failed(request.request_id, shortfall(kv, request, *rest),
+                        request.status.name == "RUNNING"):
+                return None, True
+        except Exception as e:
+            log.failed("asking memdecayd for room", e)
+    return _retry_releasing(kv, orig, keep, request, *rest), False
+
+
+def _allocated(kv, request):
+    p = getattr(kv, "_memdecay_pool", None)
+    if p is not None and p.held:
+        p.allocated(request.request_id)
+
+
+def shortfall(kv, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, args,
+              kwargs):
+    """Blocks an allocation lacked (at least 1): the blocks the request's tokens
+    need past what it holds and what its hit brings, less the free ones."""
+    bs = _block_size(kv)
+    have = len(_managers(kv)[0].req_to_blocks.get(request.request_id, ()))
+    hit = len(new_computed_blocks.blocks[0]) if new_computed_blocks is not None and \
+        new_computed_blocks.blocks else 0
+    total = (request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
+             + (kwargs.get("num_lookahead_tokens") or 0))
+    need = -(-total // bs) - have - hit
+    return max(1, need - kv.block_pool.get_num_free_blocks())
 
 
 def _retry_releasing(kv, orig, keep, request, *rest):

@@ -6,9 +6,10 @@ nothing of vLLM but the block pool's free_blocks and the block lists it is
 handed; the wrappers that call it from vLLM's scheduler are scheduler.py's.
 docs/vllm.md "Sessions" is the contract; the rules in short:
 
-  retained  a request under a MemDecay budget that finishes (stopped, length
-            capped, or aborted: vLLM's front end ends a stop-string turn by
-            aborting it) keeps its whole blocks, holes included;
+  retained  a request under a MemDecay budget (in pool mode, any request)
+            that finishes (stopped, length capped, or aborted: vLLM's front
+            end ends a stop-string turn by aborting it) keeps its whole
+            blocks, holes included;
   adopted   the next request of the session whose prompt starts with the
             retained tokens takes them: the common token prefix, rounded down
             to a block, at most its length - 1.  A request without a session
@@ -48,6 +49,12 @@ def request_budget(request, s):
     args = getattr(request.sampling_params, "extra_args", None) or {}
     b = args.get(regions.BUDGET_KEY, s.budget_tokens)
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
+
+
+def keeps(request, s):
+    """Whether a request is one whose blocks become a session: under a budget
+    of its own or the operator's, or any request in pool mode."""
+    return s.pool or request_budget(request, s) > 0
 
 
 def request_policy(request, s):
@@ -149,7 +156,11 @@ class Store:
         return sum(x.held for x in self.sessions.values())
 
     def cap_blocks(self):
-        return int(self.s.session_share * (self._pool().num_gpu_blocks - 1))
+        """Blocks the sessions may hold together: MEMDECAY_VLLM_SESSION_SHARE of
+        the pool; in pool mode the whole pool (memdecayd evicts from them, and
+        vLLM's allocations release them, pool.py)."""
+        share = 1.0 if self.s.pool else self.s.session_share
+        return int(share * (self._pool().num_gpu_blocks - 1))
 
     def _free(self, groups):
         pool = self._pool()
@@ -200,7 +211,7 @@ class Store:
         the blocks were taken frees them before it propagates."""
         budget = request_budget(request, self.s)
         turns = self.turns.pop(request.request_id, 0) + 1
-        if (not budget or request.status.name not in RETAINED_STATUSES
+        if (not keeps(request, self.s) or request.status.name not in RETAINED_STATUSES
                 or not plain(request)):
             return False
         ten = tenancy(request, self.s)
@@ -260,7 +271,7 @@ class Store:
     def match(self, request, bs):
         """(session, N) of the best session request may adopt, or (None, 0).  A
         match refreshes the session's TTL."""
-        if not self.sessions or not plain(request) or not request_budget(request, self.s):
+        if not self.sessions or not plain(request) or not keeps(request, self.s):
             return None, 0          # a request without a budget is served as vLLM serves it
         ten = tenancy(request, self.s)
         if ten[0] is None and self.s.session_ids == "require":

@@ -67,7 +67,6 @@ class Settings:
         self.prefill_queries = max(1, _int("MEMDECAY_VLLM_PREFILL_QUERIES", 4))
         self.budget_tokens = _int("MEMDECAY_VLLM_BUDGET_TOKENS", -1)
         self.policy = os.environ.get("MEMDECAY_VLLM_POLICY") or None
-        self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 64))
         self.settle_ms = max(0, _int("MEMDECAY_VLLM_SETTLE_MS", 200))
         self.reattach_ms = max(100, _int("MEMDECAY_VLLM_REATTACH_MS", 1000))
         self.trace = _writable("MEMDECAY_VLLM_TRACE")
@@ -93,6 +92,23 @@ class Settings:
             raise ValueError("MEMDECAY_VLLM_SESSION_SHARE=%r: want a share from 0 to 1"
                              % os.environ.get("MEMDECAY_VLLM_SESSION_SHARE"))
         self.session_ttl_s = _float("MEMDECAY_VLLM_SESSION_TTL_S", 600.0)
+        # pool mode (docs/vllm.md "Pool mode"): memdecayd manages vLLM's whole KV pool
+        self.pool = _choice("MEMDECAY_VLLM_POOL", "off", ("on", "off")) == "on"
+        self.pool_watermark = _float("MEMDECAY_VLLM_POOL_WATERMARK", 0.9)
+        if not 0 < self.pool_watermark <= 1:
+            raise ValueError("MEMDECAY_VLLM_POOL_WATERMARK=%r: want a share of the pool in (0, 1]"
+                             % os.environ.get("MEMDECAY_VLLM_POOL_WATERMARK"))
+        self.pool_idle_tokens_s = _float("MEMDECAY_VLLM_POOL_IDLE_TOKENS_S", 16.0)
+        if self.pool_idle_tokens_s < 0:
+            raise ValueError("MEMDECAY_VLLM_POOL_IDLE_TOKENS_S=%r: want a rate >= 0"
+                             % os.environ.get("MEMDECAY_VLLM_POOL_IDLE_TOKENS_S"))
+        self.pool_hold_steps = _int("MEMDECAY_VLLM_POOL_HOLD_STEPS", 8)
+        if self.pool_hold_steps < 0:
+            raise ValueError("MEMDECAY_VLLM_POOL_HOLD_STEPS=%r: want a count >= 0"
+                             % os.environ.get("MEMDECAY_VLLM_POOL_HOLD_STEPS"))
+        # daemon sequences a worker may hold: pool mode tracks every request and every
+        # retained session, so it asks room for both by default
+        self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 256 if self.pool else 64))
         # tests only: a JSON Lines file where each worker counts the null blocks left in
         # the attention metadata it hands to vLLM's kernel (worker.py, Audit)
         self.test_audit = _writable("MEMDECAY_VLLM_TEST_AUDIT")

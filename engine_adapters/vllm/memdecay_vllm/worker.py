@@ -26,7 +26,7 @@ import time
 import memdecay
 from memdecay import Region
 
-from . import attach, log, regions, settings
+from . import attach, log, pool, regions, settings
 from .log import logger as _log
 from .attention import Stats
 from .commands import Commands
@@ -47,20 +47,38 @@ class Engine:
             raise ValueError("memdecay_vllm: vLLM block size %d is not a multiple of the "
                              "daemon's %d-token page" % (self.block_size, PAGE_TOKENS))
         self.ppb = self.block_size // PAGE_TOKENS
-        self.max_seqs = min(self.s.max_seqs, runner.max_num_reqs)
         max_len = runner.max_model_len
-        self.page_capacity = self.max_seqs * ((max_len + PAGE_TOKENS - 1) // PAGE_TOKENS + 1)
+        engine_pages = -1
+        self.pool_pages = 0
+        if self.s.pool:
+            # every request and every retained session, and the reserve sequence
+            self.max_seqs = self.s.max_seqs
+            blocks = pool.budget_blocks(runner.kv_cache_config.num_blocks, self.s.pool_watermark)
+            engine_pages = blocks * self.ppb
+            self.pool_pages = runner.kv_cache_config.num_blocks * self.ppb
+        else:
+            self.max_seqs = min(self.s.max_seqs, runner.max_num_reqs)
+        self.page_capacity = (self.max_seqs * ((max_len + PAGE_TOKENS - 1) // PAGE_TOKENS + 1)
+                              + self.pool_pages)
         self.step_active = False
         self.last_step = time.monotonic()
+        self.pool_state = None      # pool mode: the last wait, for the engine core
         self.counters = {"evicted_blocks": 0, "sibling_pages": 0, "deferred": 0, "stale": 0,
                          "untracked": 0, "kept_for_pinned": 0,
                          "siblings_commanded": 0, "failed_open": 0, "sessions_adopted": 0,
-                         "sessions_seeded": 0}
-        self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs)
+                         "sessions_seeded": 0, "pool_waits": 0, "pool_reserved_pages": 0}
+        self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs, engine_pages)
         client = self.att.client
         if client.attached:
             _log().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
         self.mirror = Mirror(client, self.max_seqs, self.block_size, self.counters)
+        self.reserve = None
+        if self.s.pool:
+            seq = self.mirror.free_seqs.pop(0)          # the highest: never a request's
+            self.reserve = pool.Reserve(client, seq, self.ppb, self.s.settle_ms, self.counters)
+            _log().info("memdecay_vllm: pool mode: engine page budget %d (%.0f%% of %d blocks)",
+                        engine_pages, 100 * self.s.pool_watermark,
+                        runner.kv_cache_config.num_blocks)
         self.failed = set()        # requests served without eviction after a fault here
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
         self.stats = Stats(self.block_size, self.s.prefill_queries, self.s.layer_stride)
@@ -172,6 +190,8 @@ class Engine:
     # ---- hooks ----
     def on_update(self, runner, so):
         with _lock:
+            if self.reserve is not None:
+                self.reserve.short += (getattr(so, pool.SHORT_ATTR, None) or {}).get("short", 0)
             try:
                 settings.fault("sessions")
                 self._sessions_update(so)
@@ -262,6 +282,9 @@ class Engine:
         reqs = list(self.reqs.values())
         scheduled = [r for r in reqs if r.step_tokens]
         if not self.att.live():
+            if self.reserve is not None:
+                self.reserve.short = 0
+                self.pool_state = {"outcome": "DETACHED"}
             for r in reqs:
                 r.may_evict = False
             for r in scheduled:         # the mirror's clocks still advance
@@ -272,10 +295,18 @@ class Engine:
         engine_pages = prm["budget_engine_pages"]
         for r in reqs:
             r.may_evict = bool(engine_pages or c.seq_budget_tokens(r.seq))
-        if scheduled:
-            self.commands.publish(scheduled, prm)
+        idle = self.mirror.idle_steps(self.s.pool_idle_tokens_s) if self.reserve else []
+        if scheduled or idle:
+            self.commands.publish(scheduled, prm, idle)
         if reportable:
             self.commands.settle([r for r in reqs if r.pages], evicted, prm)
+            if self.reserve is not None:
+                self.commands.evicted = evicted
+                try:
+                    self.pool_state = self.reserve.settle(self.commands.apply, prm,
+                                                          self.pool_pages)
+                finally:
+                    self.commands.evicted = None
 
     def log_cost(self):
         """Every MEMDECAY_VLLM_COST_EVERY steps, one log line: the hooks' time a step and
@@ -397,8 +428,6 @@ def wrap_build(orig):
 def wrap_sample_tokens(orig):
     from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
 
-    from .scheduler import EVICTED_ATTR
-
     def sample_tokens(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         eng = ENGINE
@@ -407,14 +436,48 @@ def wrap_sample_tokens(orig):
             reportable = out is not None and out is not EMPTY_MODEL_RUNNER_OUTPUT
             try:
                 evicted = eng.on_step_end(self, reportable)
-                if evicted:
-                    setattr(out, EVICTED_ATTR, evicted)
+                if reportable:
+                    _report(out, evicted, eng)
                 eng.log_cost()
             except Exception as e:
                 _hook_failed("the step's end", e)
             eng.cost["step_end"] += time.perf_counter() - t
         return out
     return sample_tokens
+
+
+def _report(out, evicted, eng):
+    """The step's evicted pairs and, in pool mode, the worker's last wait onto
+    its ModelRunnerOutput, for the engine core."""
+    from .scheduler import EVICTED_ATTR
+    if evicted:
+        setattr(out, EVICTED_ATTR, evicted)
+    if eng.pool_state is not None:
+        setattr(out, pool.STATE_ATTR, eng.pool_state)
+
+
+def wrap_execute_model(orig):
+    """Pool mode: a step that schedules no token (everything waits for blocks)
+    still ends with the daemon's commands applied and reported, on a copy of
+    vLLM's shared empty output; otherwise the requests held for the daemon
+    would wait for a step that never reports."""
+    import copy
+
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+    def execute_model(self, scheduler_output, intermediate_tensors=None):
+        out = orig(self, scheduler_output, intermediate_tensors)
+        eng = ENGINE
+        if out is not EMPTY_MODEL_RUNNER_OUTPUT or eng is None or eng.reserve is None:
+            return out
+        try:
+            evicted = eng.on_step_end(self, True)
+            out = copy.copy(out)
+            _report(out, evicted, eng)
+        except Exception as e:
+            _hook_failed("an empty step's end", e)
+        return out
+    return execute_model
 
 
 def wrap_forward(orig):

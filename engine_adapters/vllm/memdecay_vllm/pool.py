@@ -1,0 +1,165 @@
+"""Pool mode: memdecayd manages vLLM's whole KV pool (docs/vllm.md "Pool mode").
+
+MEMDECAY_VLLM_POOL=on.  Where the pool has room nothing is evicted; where it is
+short, memdecayd frees the lowest-scored pages of the whole engine, running
+requests and retained sessions alike, before vLLM would preempt.
+
+The worker (`Reserve`).  It attaches with an engine page budget of
+floor(MEMDECAY_VLLM_POOL_WATERMARK x the pool's usable blocks) x pages per
+block, and tracks every request and every retained session as a daemon
+sequence, so the daemon's engine scope counts what the pool holds.  At the end
+of every step that can report, it waits (at most MEMDECAY_VLLM_SETTLE_MS) while
+the engine holds more than that budget, applying the daemon's commands as they
+come.  When the engine core could not allocate (`short` blocks on the step's
+SchedulerOutput), the worker first opens that many pages in a reserve sequence,
+pinned, so that the daemon sees the demand and frees room for it; the reserve
+is freed once the wait ends.  An idle retained session's clock advances at
+MEMDECAY_VLLM_POOL_IDLE_TOKENS_S tokens a second of wall time: its pages age
+against the running requests' as if it decoded at that rate.
+
+The engine core (`Pool`).  When vLLM's allocate_slots fails, the order is:
+  1. memdecayd frees pages: the shortfall goes to the worker, and the request
+     waits (a running one is held, not preempted) for at most
+     MEMDECAY_VLLM_POOL_HOLD_STEPS steps, while the worker last reported the
+     daemon attached and still able to free (its last wait neither timed out
+     nor found nothing more to evict);
+  2. retained sessions are released whole, least recently used first;
+  3. vLLM preempts, as it would without the plugin.
+Each step of that order is counted (`counters`, the metrics)."""
+import collections
+
+import memdecay
+
+from .log import logger as _log
+from .mirror import PAGE_TOKENS
+
+SHORT_ATTR = "memdecay_pool"            # on SchedulerOutput: {"short": blocks}
+STATE_ATTR = "memdecay_pool_state"      # on ModelRunnerOutput: the worker's last wait
+# the worker's last wait left nothing the daemon could still free
+SPENT = ("UNREACHABLE", "TIMEOUT", "DETACHED")
+COUNTERS = ("short_steps", "short_blocks", "held", "held_out", "preempted")
+
+
+def budget_blocks(num_blocks, watermark):
+    """Blocks of a vLLM pool of num_blocks (block 0 is vLLM's null block) that
+    the engine may hold before memdecayd evicts."""
+    return max(1, int(watermark * max(num_blocks - 1, 1)))
+
+
+# ---- worker ----
+
+class Reserve:
+    """The worker's side: the wait for the engine's page budget, with the
+    engine core's shortfall held by pinned pages of sequence `seq`."""
+
+    def __init__(self, client, seq, ppb, settle_ms, counters):
+        self.client = client
+        self.seq = seq
+        self.ppb = ppb
+        self.settle_ms = settle_ms
+        self.counters = counters
+        self.short = 0              # blocks the engine core could not allocate this step
+        self.state = None           # the last wait, for the engine core
+        self.pinned_labels = None
+
+    def settle(self, apply, prm, cap_pages):
+        """The step's wait: the shortfall reserved, the daemon's commands applied
+        while the engine is over its page budget, the reserve freed.  Returns
+        the state the engine core reads."""
+        c = self.client
+        slots = []
+        short = min(self.short * self.ppb, cap_pages)
+        self.short = 0
+        try:
+            if short:
+                labels = self._pinned(prm)
+                for k in range(short):
+                    slot, _ = c.page_open(self.seq, k * PAGE_TOKENS, PAGE_TOKENS, labels)
+                    slots.append(slot)
+                self.counters["pool_reserved_pages"] += short
+            r = c.settle_engine(0, 0, self.settle_ms, apply)
+        finally:
+            for slot in slots:
+                c.page_free(slot, memdecay.FINISHED)
+            if slots:
+                c.seq_end(self.seq)
+        if r.waited:
+            self.counters["pool_waits"] += 1
+        self.state = {"outcome": r.outcome.name, "applied": r.applied,
+                      "live": c.live_pages(), "budget": prm["budget_engine_pages"]}
+        return self.state
+
+    def _pinned(self, prm):
+        """Labels of a page of 16 tokens of the first pinned region."""
+        mask = prm["pinned_mask"] or 1
+        region = (mask & -mask).bit_length() - 1
+        return memdecay.labels([region] * PAGE_TOKENS)
+
+
+# ---- engine core ----
+
+class Pool:
+    """The engine core's side, one per KVCacheManager: the shortfall of the
+    step, the requests held for the daemon, the order before preemption."""
+
+    def __init__(self, s):
+        self.s = s
+        self.short = 0                  # blocks short this step, for the worker
+        self.hold_now = False           # the next preemption check says no (held)
+        self.held = collections.OrderedDict()   # request id -> steps held in a row
+        self.state = None               # the worker's last wait
+        self.counters = dict.fromkeys(COUNTERS, 0)
+
+    def begin_step(self):
+        self.hold_now = False
+        if self.short:
+            self.counters["short_steps"] += 1
+        self.short = 0
+
+    def end_step(self, out):
+        """The step's shortfall onto its SchedulerOutput; its preemptions counted."""
+        self.hold_now = False
+        if self.short:
+            setattr(out, SHORT_ATTR, {"short": self.short})
+        pre = getattr(out, "preempted_req_ids", None)
+        if pre:
+            self.counters["preempted"] += len(pre)
+
+    def daemon_can_free(self):
+        st = self.state
+        return st is None or st.get("outcome") not in SPENT
+
+    def failed(self, request_id, short_blocks, running):
+        """An allocation failed, short_blocks short.  True: the request waits for
+        the daemon (held this step; a running one is not preempted: `hold_now`);
+        False: the daemon cannot help (or the wait is over), sessions go next,
+        then vLLM's preemption."""
+        self.short += short_blocks
+        self.counters["short_blocks"] += short_blocks
+        n = self.held.get(request_id, 0)
+        if n < self.s.pool_hold_steps and self.daemon_can_free():
+            self.held[request_id] = n + 1
+            self.held.move_to_end(request_id)
+            while len(self.held) > 4096:
+                self.held.popitem(last=False)
+            self.counters["held"] += 1
+            self.hold_now = running
+            return True
+        self.counters["held_out"] += 1
+        return False
+
+    def allocated(self, request_id):
+        self.held.pop(request_id, None)
+
+    def snapshot(self):
+        return {"counters": dict(self.counters), "worker": self.state}
+
+
+def pool_of(manager, s):
+    p = getattr(manager, "_memdecay_pool", None)
+    if p is None:
+        p = Pool(s)
+        manager._memdecay_pool = p
+        _log().info("memdecay_vllm: pool mode: memdecayd evicts above %.0f%% of the %d-block "
+                    "pool", 100 * s.pool_watermark, manager.block_pool.num_gpu_blocks)
+    return p
