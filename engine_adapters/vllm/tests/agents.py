@@ -31,22 +31,28 @@ class Session:
     """One agent session: `turn(k)` is the list of messages turn k adds (k from 0),
     `probe(k)` the fact a turn asks for (None when it asks none)."""
 
-    def __init__(self, seed, turns, n_facts=3):
+    def __init__(self, seed, turns, n_facts=3, asks=None):
+        """Facts are planted in the tool results of turns 0 .. n_facts - 1 and
+        asked in the last `asks` turns (default n_facts), one a turn, in planting
+        order and round again, so that with asks > n_facts a fact is asked at
+        several ages."""
         rng = random.Random(seed)
         self.turns = turns
         self.facts = []
         keys = rng.sample(FACT_KEYS, n_facts)
         for j, key in enumerate(keys):
-            self.facts.append({"key": key, "value": _code(rng), "planted": j,
-                               "asked": turns - n_facts + j})
+            self.facts.append({"key": key, "value": _code(rng), "planted": j})
+        asks = n_facts if asks is None else asks
+        if asks > turns - n_facts and asks != n_facts:
+            raise ValueError("%d questions do not fit after %d planting turns of %d"
+                             % (asks, n_facts, turns))
+        self.asks = {turns - asks + j: self.facts[j % n_facts] for j in range(asks)}
         self.items = [(rng.choice(ITEMS), rng.choice(CITIES), rng.randint(1000, 9999))
                       for _ in range(turns)]
 
     def probe(self, k):
-        for f in self.facts:
-            if f["asked"] == k and f["asked"] > f["planted"]:
-                return f
-        return None
+        f = self.asks.get(k)
+        return f if f is not None and k > f["planted"] else None
 
     def turn(self, k):
         item, city, num = self.items[k]
