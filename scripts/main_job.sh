@@ -7,9 +7,9 @@
 #     side by side with the full cache;
 #  3. the same model and trace served by vLLM (its CPU build, with the MemDecay
 #     plugin) through `vllm serve`'s OpenAI endpoint under the same budget;
-#  4. two agents talking to `vllm serve` for six turns under a KV memory cap,
-#     with MemDecay sessions and without: time to first token per turn, KV
-#     blocks held and facts kept.
+#  4. two agents talking to `vllm serve` for six turns on a KV pool too small
+#     for their histories, plain and with MemDecay's pool mode: time to first
+#     token per turn, KV blocks held, facts kept, turns per second.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -19,6 +19,7 @@ if [ -f scripts/setup_llama.sh ]; then
 	bash scripts/setup_llama.sh
 	bash scripts/setup_kvpress.sh     # the model in Hugging Face form, for vLLM
 	bash scripts/setup_vllm.sh
+	bash scripts/setup_router.sh      # vllm-router, in front of vLLM replicas (docs/deploy.md)
 fi
 sh scripts/build.sh "$ROOT/build"
 BIN=$ROOT/build/bin
@@ -91,9 +92,11 @@ if [ -f .deps/vllm.env ]; then
 	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
 		"$MEMDECAY_VLLM_PYTHON" engine_adapters/vllm/demo.py --budget 640
 	echo
-	echo "== an agent's session across turns: vllm serve with and without MemDecay sessions"
-	echo "   (2 agents x 6 turns, budget 256 tokens, an 80-block KV pool; time to first token"
-	echo "   per turn, median over the agents, and the prompt tokens computed that turn)"
+	echo "== two agents on vllm serve with a KV pool too small for their histories (40 blocks"
+	echo "   of 32 tokens): plain vLLM, and MemDecay's pool mode (memdecayd evicts only above"
+	echo "   90% of the pool, across every request and session). Time to first token per"
+	echo "   turn (median over the agents) with the prompt tokens computed that turn, KV"
+	echo "   blocks held, facts kept, turns per second, preemptions and blocks evicted"
 	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
 		"$MEMDECAY_VLLM_PYTHON" bench/serving/run.py --quick --out "$DIR/serving.json" >/dev/null
 	"$MEMDECAY_VLLM_PYTHON" bench/serving/report.py "$DIR/serving.json" --text

@@ -10,6 +10,7 @@ if [ -f scripts/setup_llama.sh ]; then
 	bash scripts/setup_llama.sh
 	bash scripts/setup_kvpress.sh
 	bash scripts/setup_vllm.sh
+	bash scripts/setup_router.sh      # vllm-router, in front of vLLM replicas (docs/deploy.md)
 fi
 
 echo "== build (warnings are errors)"

@@ -19,7 +19,10 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   # bad requests through the OpenAI endpoint; --quick: the cases, 120 fuzzed
   # requests and one fault server (the full run is test_requests.py alone)
   # sessions across turns (three vLLM starts); --quick: 3-turn conversations
-  foreach(_t requests sessions)
+  # pool mode (three vLLM starts); --quick: 2- and 3-turn conversations
+  # replicas behind vllm-router (scripts/replicas.py: two vLLMs at once, one core
+  # each); --quick: 3-turn conversations
+  foreach(_t requests sessions pool replicas)
     add_test(NAME vllm_${_t}
       COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
         ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py --quick)

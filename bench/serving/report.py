@@ -3,6 +3,14 @@
 
   report.py RESULT.json [--plot FILE.png] [--markdown FILE.md] [--text]
 
+A sweep's JSON (sweep.py) gives each pool's rows, the plot of turns/s and facts
+kept against the pool size, and the pool mode targets: at the largest pool
+(plain vLLM never recomputes) pool-turn >= 0.97x plain's turns/s, nothing
+evicted, no probe plain answered lost; at the next (plain thrashes) >= 3x
+plain's turns/s, 0 preemptions, facts kept >= sessions-turn's and trim's
+(exact McNemar test); at the tightest, every turn answered, 0 preemptions,
+and the order before preemption counted.
+
 Targets (docs/performance.md, "Agent serving"), sessions-turn against:
   plain            turns per second >= 2x; 0 preemptions
   nosessions-turn  turns per second >= 1.5x
@@ -141,7 +149,118 @@ def text(doc, v):
         "%18s" % ("%d/%d kept" % (v["rows"][r["row"]]["facts"]["kept"],
                                   v["rows"][r["row"]]["facts"]["scored"])) for r in rows))
     out.append("%-5s" % "total" + "".join("%18s" % ("%.0f s" % r["wall_s"]) for r in rows))
+    out.append("%-5s" % "rate" + "".join("%18s" % ("%.3f turns/s" % r["turns_per_s"])
+                                         for r in rows))
+    out.append("%-5s" % "pre" + "".join("%18s" % ("%d preempted" % r["preemptions"])
+                                        for r in rows))
+    out.append("%-5s" % "evict" + "".join(
+        "%18s" % ("%s blocks" % r["evicted_blocks"] if r.get("evicted_blocks") is not None
+                  else "-") for r in rows))
     return "\n".join(out)
+
+
+def sweep_verdicts(doc):
+    """sweep.py's JSON: each pool's rows (as verdicts() reads a run), and the pool
+    mode targets, with pools sorted largest first: the largest is the one where
+    plain vLLM never recomputes, the next where it thrashes, the last the tightest."""
+    pools = sorted(doc["pools"], key=lambda e: -e["pool_blocks"])
+    out = {"pools": [], "targets": {}}
+    for e in pools:
+        v = verdicts({"rows": e["rows"], "settings": doc["settings"]})
+        for r in e["rows"]:
+            v["rows"][r["row"]]["evicted_blocks"] = r.get("evicted_blocks")
+            v["rows"][r["row"]]["pool_counters"] = r.get("pool_counters")
+            v["rows"][r["row"]]["answered"] = sum(1 for s in r["sessions"] for t in s
+                                                  if t["completion"] > 0)
+            v["rows"][r["row"]]["turns"] = sum(len(s) for s in r["sessions"])
+        v.pop("targets", None)
+        out["pools"].append({"pool_blocks": e["pool_blocks"], "rows": v["rows"]})
+    rows_at = [{r["row"]: r for r in e["rows"]} for e in pools]
+    t = out["targets"]
+    if len(pools) >= 1 and {"plain", "pool-turn"} <= set(rows_at[0]):
+        pl, po = rows_at[0]["plain"], rows_at[0]["pool-turn"]
+        a, b = probes(pl), probes(po)
+        lost = sorted(k for k, ok in a.items() if ok and not b.get(k))
+        t["room"] = {"pool_blocks": pools[0]["pool_blocks"],
+                     "turns_per_s_ratio": round(po["turns_per_s"] / pl["turns_per_s"], 3),
+                     "target_ratio": 0.97, "evicted_blocks": po.get("evicted_blocks"),
+                     "facts_plain": sum(a.values()), "facts_pool": sum(b.values()),
+                     "probes_lost": len(lost)}
+        t["room"]["met"] = (t["room"]["turns_per_s_ratio"] >= 0.97
+                            and not po.get("evicted_blocks") and not lost)
+    if len(pools) >= 2 and {"plain", "pool-turn"} <= set(rows_at[1]):
+        rs = rows_at[1]
+        po = rs["pool-turn"]
+        x = {"pool_blocks": pools[1]["pool_blocks"],
+             "turns_per_s_ratio": round(po["turns_per_s"] / rs["plain"]["turns_per_s"], 3),
+             "target_ratio": 3.0, "preemptions": po["preemptions"]}
+        ok = x["turns_per_s_ratio"] >= 3.0 and po["preemptions"] == 0
+        for other in ("sessions-turn", "trim"):
+            if other in rs:
+                keys = sorted(set(probes(po)) & set(probes(rs[other])))
+                pa = [probes(po)[k] for k in keys]
+                pb = [probes(rs[other])[k] for k in keys]
+                p, only_pool, only_other = mcnemar(pa, pb)
+                x["facts_vs_" + other] = {"pool": sum(pa), other: sum(pb), "scored": len(keys),
+                                          "only_pool": only_pool, "only_" + other: only_other,
+                                          "mcnemar_p": round(p, 4)}
+                ok = ok and sum(pa) >= sum(pb)
+        x["met"] = ok
+        t["thrash"] = x
+    if len(pools) >= 3 and "pool-turn" in rows_at[-1]:
+        po = rows_at[-1]["pool-turn"]
+        answered = sum(1 for s in po["sessions"] for k in s if k["completion"] > 0)
+        n = sum(len(s) for s in po["sessions"])
+        t["tight"] = {"pool_blocks": pools[-1]["pool_blocks"], "answered": answered,
+                      "turns": n, "preemptions": po["preemptions"],
+                      "pool_counters": po.get("pool_counters"),
+                      "released_pressure": (po.get("session_counters") or {}).get(
+                          "released_pressure"),
+                      "met": answered == n and po["preemptions"] == 0}
+    return out
+
+
+def sweep_markdown(v):
+    lines = ["| pool (blocks) | row | turns/s | TTFT turn 1 (p50) | TTFT last 4 (p50) | prompt "
+             "tokens computed | preemptions | blocks evicted | facts kept [95%] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for e in v["pools"]:
+        for name, x in e["rows"].items():
+            f = x["facts"]
+            lines.append("| %d | %s | %.3f | %.2f s | %.2f s | %d | %d | %s | %s |" % (
+                e["pool_blocks"], name, x["turns_per_s"], x["ttft_turn1_p50"],
+                x["ttft_last4_p50"], x["computed_prompt_tokens"], x["preemptions"],
+                x["evicted_blocks"] if x["evicted_blocks"] is not None else "–",
+                "%d/%d [%.0f–%.0f%%]" % (f["kept"], f["scored"], 100 * f["ci95"][0],
+                                         100 * f["ci95"][1])))
+    return "\n".join(lines)
+
+
+def sweep_plot(v, doc, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    names = []
+    for e in v["pools"]:
+        for n in e["rows"]:
+            if n not in names:
+                names.append(n)
+    for n in names:
+        pts = sorted((e["pool_blocks"], e["rows"][n]) for e in v["pools"] if n in e["rows"])
+        xs = [p for p, _ in pts]
+        a1.plot(xs, [x["turns_per_s"] for _, x in pts], marker="o", label=n)
+        a2.plot(xs, [100 * (x["facts"]["rate"] or 0) for _, x in pts], marker="o", label=n)
+    s = doc["settings"]
+    for ax, yl in ((a1, "turns per second"), (a2, "facts kept (%)")):
+        ax.set_xlabel("KV pool (blocks of %d tokens)" % s["block_tokens"])
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    fig.suptitle("%d agents x %d turns, %d questions each (%s)"
+                 % (s["sessions"], s["turns"], s["asks"], doc["model"]), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def plot(doc, path):
@@ -177,6 +296,18 @@ def main():
                     "per row instead of the JSON verdicts")
     a = ap.parse_args()
     doc = json.load(open(a.result))
+    if doc.get("bench") == "serving-sweep":
+        v = sweep_verdicts(doc)
+        if a.markdown:
+            with open(a.markdown, "w") as f:
+                f.write(sweep_markdown(v) + "\n")
+        if a.plot:
+            try:
+                sweep_plot(v, doc, a.plot)
+            except ImportError:
+                print("report: no matplotlib here; no plot", file=sys.stderr)
+        print(json.dumps(v, indent=1))
+        return 0
     v = verdicts(doc)
     if a.markdown:
         with open(a.markdown, "w") as f:

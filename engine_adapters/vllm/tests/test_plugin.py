@@ -129,6 +129,7 @@ def main():
             check(True, "unrle refuses %r" % bad)
     check_fields(check, tok, msgs)
     check_store(check)
+    check_idle_rule(check)
     print("test_plugin:", "PASS" if not fails else "FAIL (%d)" % len(fails))
     return 1 if fails else 0
 
@@ -445,3 +446,62 @@ def check_store(check):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def check_idle_rule(check):
+    """Pool mode's idle rule against a real memdecayd (policy memdecay): two
+    sequences with the same regions and the same history, one running and one
+    retained; the retained one's clock advances by the idle rate x its idle
+    seconds (Mirror.idle_steps), the running one's by a step of 16 tokens.
+    With an engine budget four pages short, the daemon evicts the idle
+    session's pages; at an idle rate of 0 the session does not age and the
+    running request's pages go instead."""
+    import tempfile
+
+    import memdecay
+    from memdecay import Region
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import harness
+    from memdecay_vllm.mirror import Mirror
+
+    def evicted_from(rate):
+        work = tempfile.mkdtemp(prefix="md-idle-")
+        d = harness.Daemon(work, ["policy = memdecay"]).start()
+        try:
+            c = memdecay.Client(socket_path=d.sock, require_daemon=True, page_capacity=64,
+                                max_seqs=4, budget_engine_pages=12, engine_name="idle-rule",
+                                library=os.environ.get("MEMDECAY_LIBRARY"))
+            m = Mirror(c, 4, 32, {"sessions_adopted": 0, "sessions_seeded": 0})
+            reg = [int(Region.TOOL_OUT)] * 128
+            run = m.start("running", reg, None, None)
+            idle = m.start("idle", reg, None, None)
+            c.publish(c.batch(), 0, steps=[(run.seq, 0), (idle.seq, 0)])
+            for r in (run, idle):
+                m.declare(r, 128)                    # 8 pages each: 16 > 12
+            c.publish(c.batch(), 0, steps=[(run.seq, 128), (idle.seq, 128)])
+            m.retain("idle")
+            idle.idle_t -= 10.0                      # ten seconds idle
+            steps = m.idle_steps(rate)
+            c.publish(c.batch(), 0, steps=steps + [(run.seq, 16)])
+            got = {run.seq: 0, idle.seq: 0}
+
+            def apply(ev):
+                for seq, r in ((run.seq, run), (idle.seq, idle)):
+                    if any(pg[0] == ev.slot for pg in r.pages.values()):
+                        got[seq] += 1
+                c.page_free(ev.slot, memdecay.EVICTED)
+                return True
+            c.settle_engine(0, 0, 3000, apply=apply)
+            c.close()
+            return steps, got[run.seq], got[idle.seq]
+        finally:
+            d.stop()
+    steps, n_run, n_idle = evicted_from(16.0)
+    check(steps and steps[0][1] == 160 and n_idle >= 4 and n_run == 0,
+          "idle rule: 10 s idle at 16 tokens/s advances the session's clock %s tokens; the "
+          "daemon evicts %d of its pages and %d of the running request's" %
+          (steps[0][1] if steps else None, n_idle, n_run))
+    steps, n_run, n_idle = evicted_from(0.0)
+    check(not steps and n_run > 0,
+          "idle rate 0: the same state evicts from the running request too (%d of its pages, "
+          "%d of the session's)" % (n_run, n_idle))
