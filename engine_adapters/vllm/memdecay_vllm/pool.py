@@ -30,6 +30,7 @@ import collections
 
 import memdecay
 
+from . import log
 from .log import logger as _log
 from .mirror import PAGE_TOKENS
 
@@ -73,10 +74,14 @@ class Reserve:
         try:
             if short:
                 labels = self._pinned(prm)
-                for k in range(short):
-                    slot, _ = c.page_open(self.seq, k * PAGE_TOKENS, PAGE_TOKENS, labels)
-                    slots.append(slot)
-                self.counters["pool_reserved_pages"] += short
+                try:
+                    for k in range(short):
+                        slot, _ = c.page_open(self.seq, k * PAGE_TOKENS, PAGE_TOKENS, labels)
+                        slots.append(slot)
+                except memdecay.MemDecayError as e:
+                    # the page table is full: the wait asks for what was reserved
+                    log.failed("reserving %d pages for the engine core" % short, e)
+                self.counters["pool_reserved_pages"] += len(slots)
             r = c.settle_engine(0, 0, self.settle_ms, apply)
         finally:
             for slot in slots:

@@ -22,7 +22,12 @@ holds declared).
                the pool gives the session back and is scheduled at once;
   unguarded    the store raising inside allocate_slots after vLLM allocated:
                nothing reaches vLLM's scheduler, no block is lost;
-  replace      a request id retained twice frees the first session's blocks.
+  replace      a request id retained twice frees the first session's blocks;
+  order        pool mode (docs/vllm.md "Pool mode"): two requests outgrow the
+               pool; where the worker relays memdecayd's evictions of what is
+               short, nothing is preempted; where it reports that memdecayd has
+               nothing left, vLLM preempts at once (counted); where it is
+               silent, a request waits at most MEMDECAY_VLLM_POOL_HOLD_STEPS.
 
   test_core.py [--quick]      (--quick: fewer turns; the same checks)"""
 import os
@@ -299,13 +304,73 @@ def part_replace():
           % (d.free_blocks(), start))
 
 
+def pool_run(daemon):
+    """Pool mode on a 24-block pool: two requests of 10 blocks that each decode 300
+    tokens (10 more blocks) outgrow it.  daemon: "frees" (each step's shortfall
+    is evicted from the requests' oldest blocks on the next output, as the worker
+    relays memdecayd's commands), "spent" (the worker reports that memdecayd has
+    nothing left to evict) or "silent" (no report, no eviction).  Returns (the
+    pool's counters, preemptions seen on the SchedulerOutputs, whether both
+    finished, reference problems)."""
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.pool import SHORT_ATTR, STATE_ATTR
+    from memdecay_vllm.scheduler import EVICTED_ATTR
+    s = settings.get()
+    s.test_faults = set()
+    s.pool, s.pool_hold_steps = True, 8
+    try:
+        d = Driver(num_blocks=24)
+        for i, rid in enumerate(("p1", "p2")):
+            d.add(rid, list(range(100 + 1000 * i, 100 + 1000 * i + 10 * BS)), 300)
+        preempted, extra, short = 0, None, 0
+        for _ in range(2000):
+            if not d.scheduler.has_requests():
+                break
+            so, _ = d.step(extra=extra)
+            preempted += len(so.preempted_req_ids or ())
+            short = (getattr(so, SHORT_ATTR, None) or {}).get("short", 0)
+            extra = None
+            if daemon == "spent":
+                extra = {STATE_ATTR: {"outcome": "UNREACHABLE"}}
+            elif daemon == "frees" and short:
+                pairs = []
+                for rid in ("p1", "p2"):
+                    blocks = d.blocks_of(rid)[0]
+                    pairs += [(rid, j) for j, b in enumerate(blocks[:-2]) if not b.is_null]
+                pairs.sort(key=lambda p: p[1])
+                extra = {EVICTED_ATTR: pairs[:short], STATE_ATTR: {"outcome": "OK"}}
+        done = all(d.finish_status(r) is not None for r in ("p1", "p2"))
+        return (dict(d.kv._memdecay_pool.counters), preempted, done,
+                d.check_refcounts(store_refs(d)))
+    finally:
+        s.pool = False
+
+
+def part_order():
+    print("order: pool mode's order before preemption", flush=True)
+    c, pre, done, probs = pool_run("frees")
+    check(done and pre == 0 and c["held"] > 0 and c["short_blocks"] > 0 and not probs,
+          "memdecayd frees what is short: both requests finish, %d preemptions, held %d "
+          "request-steps, %d blocks asked (%s)" % (pre, c["held"], c["short_blocks"],
+                                                   probs[:2] or "references right"))
+    c, pre, done, probs = pool_run("spent")
+    check(done and pre > 0 and c["held"] == 0 and c["held_out"] > 0 and c["preempted"] == pre,
+          "memdecayd has nothing to evict: no wait, vLLM preempts (%d, counted %d, held_out %d)"
+          % (pre, c["preempted"], c["held_out"]))
+    c, pre, done, probs = pool_run("silent")
+    check(done and pre > 0 and c["held"] >= 8 and c["held_out"] > 0 and not probs,
+          "memdecayd silent: a request waits at most 8 steps, then vLLM preempts (held %d, "
+          "held_out %d, preempted %d)" % (c["held"], c["held_out"], pre))
+
+
 def main():
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         print(__doc__)
         return 0
     turns = 3 if "--quick" in sys.argv[1:] else 6
     for part in (lambda: part_accounting(turns), part_leak, part_late, part_stall,
-                 part_unguarded, part_replace):
+                 part_unguarded, part_replace, part_order):
         try:
             part()
         except Exception as e:
