@@ -159,10 +159,11 @@ def text(doc, v):
     return "\n".join(out)
 
 
-def sweep_verdicts(doc):
+def sweep_verdicts(doc, thrash=None):
     """sweep.py's JSON: each pool's rows (as verdicts() reads a run), and the pool
     mode targets, with pools sorted largest first: the largest is the one where
-    plain vLLM never recomputes, the next where it thrashes, the last the tightest."""
+    plain vLLM never recomputes, `thrash` (default: the second largest) where it
+    thrashes, the last the tightest."""
     pools = sorted(doc["pools"], key=lambda e: -e["pool_blocks"])
     out = {"pools": [], "targets": {}}
     for e in pools:
@@ -188,10 +189,11 @@ def sweep_verdicts(doc):
                      "probes_lost": len(lost)}
         t["room"]["met"] = (t["room"]["turns_per_s_ratio"] >= 0.97
                             and not po.get("evicted_blocks") and not lost)
-    if len(pools) >= 2 and {"plain", "pool-turn"} <= set(rows_at[1]):
-        rs = rows_at[1]
+    ti = next((i for i, e in enumerate(pools) if e["pool_blocks"] == thrash), 1)
+    if len(pools) >= 2 and {"plain", "pool-turn"} <= set(rows_at[ti]):
+        rs = rows_at[ti]
         po = rs["pool-turn"]
-        x = {"pool_blocks": pools[1]["pool_blocks"],
+        x = {"pool_blocks": pools[ti]["pool_blocks"],
              "turns_per_s_ratio": round(po["turns_per_s"] / rs["plain"]["turns_per_s"], 3),
              "target_ratio": 3.0, "preemptions": po["preemptions"]}
         ok = x["turns_per_s_ratio"] >= 3.0 and po["preemptions"] == 0
@@ -291,13 +293,16 @@ def main():
     ap.add_argument("result")
     ap.add_argument("--plot")
     ap.add_argument("--markdown")
+    ap.add_argument("--thrash-pool", type=int, default=None,
+                    help="a sweep's pool where plain vLLM thrashes (default: the second "
+                    "largest)")
     ap.add_argument("--text", action="store_true",
                     help="print time to first token per turn (and the prompt tokens computed) "
                     "per row instead of the JSON verdicts")
     a = ap.parse_args()
     doc = json.load(open(a.result))
     if doc.get("bench") == "serving-sweep":
-        v = sweep_verdicts(doc)
+        v = sweep_verdicts(doc, a.thrash_pool)
         if a.markdown:
             with open(a.markdown, "w") as f:
                 f.write(sweep_markdown(v) + "\n")

@@ -55,7 +55,8 @@ def row_env(row, a):
         return {}, False
     if row.startswith("pool"):
         # no budget: memdecayd evicts only above the pool's watermark
-        return {"MEMDECAY_VLLM_POOL": "on",
+        # and the hooks' cost a step in the log every 100 steps
+        return {"MEMDECAY_VLLM_POOL": "on", "MEMDECAY_VLLM_COST_EVERY": "100",
                 "MEMDECAY_VLLM_POLICY": "recency" if row.endswith("recency")
                 else "memdecay-turn"}, True
     env = {"MEMDECAY_VLLM_BUDGET_TOKENS": str(a.budget)}

@@ -13,7 +13,7 @@ stopped), and report.py --sweep turns it into the table and the plot of
 turns/s and facts kept against the pool size.
 
   sweep.py --pools 120,200,480 [--sessions N] [--turns T] [--facts F]
-           [--asks A] [--rows a,b,...] --out FILE [--keep DIR]"""
+           [--asks A] [--rows a,b,...] --out FILE [--keep DIR] [--append]"""
 import argparse
 import json
 import os
@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--out", required=True)
     ap.add_argument("--keep", default=None)
+    ap.add_argument("--append", action="store_true",
+                    help="add these pools to the sweep already in --out (same settings)")
     a = ap.parse_args()
     pools = [int(x) for x in a.pools.split(",")]
     rows = a.rows.split(",")
@@ -64,6 +66,15 @@ def main():
                         "max_tokens": a.max_tokens, "seed": a.seed,
                         "prefill_chunk": run.harness.LLM_ARGS["max_num_batched_tokens"]},
            "machine": {"cpus": os.cpu_count()}, "pools": []}
+    if a.append and os.path.exists(a.out):
+        # more pools for a sweep already run: the same settings but the pools
+        with open(a.out) as f:
+            old = json.load(f)
+        mine = dict(doc["settings"], pools=None)
+        if dict(old["settings"], pools=None) != mine:
+            ap.error("--append: %s was run with other settings: %s" % (a.out, old["settings"]))
+        doc["pools"] = old["pools"]
+        doc["settings"]["pools"] = old["settings"]["pools"] + pools
     daemon = run.harness.Daemon(work).start()
     try:
         for pool in pools:

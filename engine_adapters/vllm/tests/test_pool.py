@@ -4,8 +4,10 @@ vLLM's whole KV pool.  Real `vllm serve` processes with MEMDECAY_VLLM_POOL=on,
 a live memdecayd, the openai client.
 
   room      a pool with room for everything: two agents' conversations give
-            the same replies, turn by turn, as plain vLLM (the plugin off), no
-            block is evicted, and later turns are served from cache;
+            the same replies, turn by turn, as plain vLLM (the plugin off), and
+            later turns are served from cache; no block is evicted but from a
+            request with a budget of its own (memdecay_budget_tokens still caps
+            a request in pool mode);
   pressure  a 60-block pool: two agents with ids leave their sessions
             retained, then a long request runs: memdecayd evicts blocks from
             both sessions and from the running request, vLLM preempts
@@ -73,6 +75,8 @@ def part_room(work, daemon, turns, servers):
             client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=600,
                                    max_retries=0)
             got[on] = [converse(client, 900 + i, turns, "room-%d" % i)[0] for i in range(2)]
+            if on:
+                capped = ask(client, harness.agent_messages(), budget=256, max_tokens=8)
         finally:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
@@ -82,7 +86,10 @@ def part_room(work, daemon, turns, servers):
           % same)
     trace = os.path.join(work, "trace-room.jsonl")
     ev = evicted_ids(trace)
-    check(not ev, "nothing evicted where the pool has room (%d blocks)" % len(ev))
+    own = from_request(ev, capped["id"])
+    check(own > 0 and own == len(ev),
+          "nothing evicted where the pool has room but from the one request with a budget of "
+          "its own (256 tokens): %d of %d blocks" % (own, len(ev)))
     cached = [[a["cached"] for a in x[1:]] for x in pool]
     check(all(all(c > 0 for c in x) for x in cached),
           "later turns served from cache: cached_tokens %s (plain vLLM: %s)"
