@@ -101,7 +101,7 @@ class Collector:
         pool_steps = CounterMetricFamily(
             PREFIX + "pool_events",
             "Pool mode, the order before preemption: short_steps (steps with an allocation "
-            "short), short_blocks (blocks asked of memdecayd), held (a request waited a step "
+            "that failed), needed_blocks (blocks those allocations needed), held (a request waited a step "
             "for memdecayd), held_out (the wait ended without room: sessions, then vLLM's "
             "preemption, follow), preempted (vLLM's preemptions)", labels=["engine", "event"])
         for pid, s in sorted(snaps.items()):

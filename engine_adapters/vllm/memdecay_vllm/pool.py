@@ -10,15 +10,17 @@ block, and tracks every request and every retained session as a daemon
 sequence, so the daemon's engine scope counts what the pool holds.  At the end
 of every step that can report, it waits (at most MEMDECAY_VLLM_SETTLE_MS) while
 the engine holds more than that budget, applying the daemon's commands as they
-come.  When the engine core could not allocate (`short` blocks on the step's
-SchedulerOutput), the worker first opens that many pages in a reserve sequence,
-pinned, so that the daemon sees the demand and frees room for it; the reserve
-is freed once the wait ends.  An idle retained session's clock advances at
+come.  When an allocation failed in the engine core (the blocks it
+needed ride on the step's SchedulerOutput), the worker first opens pages for
+what that need exceeds the pool's headroom above the budget by, pinned, in a
+reserve sequence, so that the daemon sees the demand and frees room for it; the
+reserve is freed once the wait ends.  An idle retained session's clock advances at
 MEMDECAY_VLLM_POOL_IDLE_TOKENS_S tokens a second of wall time: its pages age
 against the running requests' as if it decoded at that rate.
 
 The engine core (`Pool`).  When vLLM's allocate_slots fails, the order is:
-  1. memdecayd frees pages: the shortfall goes to the worker, and the request
+  1. memdecayd frees pages: the blocks the allocation needs go to the
+     worker, and the request
      waits (a running one is held, not preempted) for at most
      MEMDECAY_VLLM_POOL_HOLD_STEPS steps, while the worker last reported the
      daemon attached and still able to free (its last wait neither timed out
@@ -34,11 +36,11 @@ from . import log
 from .log import logger as _log
 from .mirror import PAGE_TOKENS
 
-SHORT_ATTR = "memdecay_pool"            # on SchedulerOutput: {"short": blocks}
+SHORT_ATTR = "memdecay_pool"            # on SchedulerOutput: {"need": blocks}
 STATE_ATTR = "memdecay_pool_state"      # on ModelRunnerOutput: the worker's last wait
 # the worker's last wait left nothing the daemon could still free
 SPENT = ("UNREACHABLE", "TIMEOUT", "DETACHED")
-COUNTERS = ("short_steps", "short_blocks", "held", "held_out", "preempted")
+COUNTERS = ("short_steps", "needed_blocks", "held", "held_out", "preempted")
 
 
 def budget_blocks(num_blocks, watermark):
@@ -50,27 +52,37 @@ def budget_blocks(num_blocks, watermark):
 # ---- worker ----
 
 class Reserve:
-    """The worker's side: the wait for the engine's page budget, with the
-    engine core's shortfall held by pinned pages of sequence `seq`."""
+    """The worker's side: the wait for the engine's page budget, with what the
+    engine core could not allocate held by pinned pages of sequence `seq`."""
 
-    def __init__(self, client, seq, ppb, settle_ms, counters):
+    def __init__(self, client, seq, ppb, usable_blocks, settle_ms, counters):
         self.client = client
         self.seq = seq
         self.ppb = ppb
+        self.usable = usable_blocks
         self.settle_ms = settle_ms
         self.counters = counters
-        self.short = 0              # blocks the engine core could not allocate this step
+        self.need = 0               # blocks failed allocations needed this step
         self.state = None           # the last wait, for the engine core
-        self.pinned_labels = None
 
-    def settle(self, apply, prm, cap_pages):
-        """The step's wait: the shortfall reserved, the daemon's commands applied
-        while the engine is over its page budget, the reserve freed.  Returns
-        the state the engine core reads."""
+    def reserve_pages(self, prm):
+        """Pages to reserve for `need` blocks: the daemon holds the engine to its
+        budget, which leaves usable - budget blocks free besides, so the reserve
+        is what the need exceeds that by (at least one block)."""
+        if not self.need:
+            return 0
+        budget_blocks = prm["budget_engine_pages"] // self.ppb
+        headroom = max(0, self.usable - budget_blocks) if budget_blocks else 0
+        return min(max(1, self.need - headroom), self.usable) * self.ppb
+
+    def settle(self, apply, prm):
+        """The step's wait: the need reserved, the daemon's commands applied while
+        the engine is over its page budget, the reserve freed.  Returns the
+        state the engine core reads."""
         c = self.client
         slots = []
-        short = min(self.short * self.ppb, cap_pages)
-        self.short = 0
+        short = self.reserve_pages(prm)
+        self.need = 0
         try:
             if short:
                 labels = self._pinned(prm)
@@ -104,12 +116,13 @@ class Reserve:
 # ---- engine core ----
 
 class Pool:
-    """The engine core's side, one per KVCacheManager: the shortfall of the
-    step, the requests held for the daemon, the order before preemption."""
+    """The engine core's side, one per KVCacheManager: what the step's failed
+    allocations needed, the requests held for the daemon, the order before
+    preemption."""
 
     def __init__(self, s):
         self.s = s
-        self.short = 0                  # blocks short this step, for the worker
+        self.need = 0                   # blocks failed allocations needed this step
         self.hold_now = False           # the next preemption check says no (held)
         self.held = collections.OrderedDict()   # request id -> steps held in a row
         self.state = None               # the worker's last wait
@@ -117,15 +130,14 @@ class Pool:
 
     def begin_step(self):
         self.hold_now = False
-        if self.short:
-            self.counters["short_steps"] += 1
-        self.short = 0
+        self.need = 0
 
     def end_step(self, out):
-        """The step's shortfall onto its SchedulerOutput; its preemptions counted."""
+        """The step's need onto its SchedulerOutput; its preemptions counted."""
         self.hold_now = False
-        if self.short:
-            setattr(out, SHORT_ATTR, {"short": self.short})
+        if self.need:
+            self.counters["short_steps"] += 1
+            setattr(out, SHORT_ATTR, {"need": self.need})
         pre = getattr(out, "preempted_req_ids", None)
         if pre:
             self.counters["preempted"] += len(pre)
@@ -134,13 +146,13 @@ class Pool:
         st = self.state
         return st is None or st.get("outcome") not in SPENT
 
-    def failed(self, request_id, short_blocks, running):
-        """An allocation failed, short_blocks short.  True: the request waits for
-        the daemon (held this step; a running one is not preempted: `hold_now`);
-        False: the daemon cannot help (or the wait is over), sessions go next,
-        then vLLM's preemption."""
-        self.short += short_blocks
-        self.counters["short_blocks"] += short_blocks
+    def failed(self, request_id, need_blocks, running):
+        """An allocation that needed need_blocks failed.  True: the request waits
+        for the daemon (held this step; a running one is not preempted:
+        `hold_now`); False: the daemon cannot help (or the wait is over),
+        sessions go next, then vLLM's preemption."""
+        self.need += need_blocks
+        self.counters["needed_blocks"] += need_blocks
         n = self.held.get(request_id, 0)
         if n < self.s.pool_hold_steps and self.daemon_can_free():
             self.held[request_id] = n + 1

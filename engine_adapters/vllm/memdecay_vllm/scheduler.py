@@ -327,7 +327,7 @@ def _short(kv, orig, keep, request, *rest):
     if s.pool:
         try:
             p = pool_of(kv, s)
-            if p.failed(request.request_id, shortfall(kv, request, *rest),
+            if p.failed(request.request_id, needed(kv, request, *rest),
                         request.status.name == "RUNNING"):
                 return None, True
         except Exception as e:
@@ -341,18 +341,24 @@ def _allocated(kv, request):
         p.allocated(request.request_id)
 
 
-def shortfall(kv, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, args,
-              kwargs):
-    """Blocks an allocation lacked (at least 1): the blocks the request's tokens
-    need past what it holds and what its hit brings, less the free ones."""
+def needed(kv, request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, args,
+           kwargs):
+    """Blocks a failed allocation needed (at least 1): those its tokens need past
+    what the request holds and what its hit brings, counting what vLLM asks of
+    a waiting request (the whole prompt when it must fit at admission, the
+    watermark, reserved blocks)."""
     bs = _block_size(kv)
     have = len(_managers(kv)[0].req_to_blocks.get(request.request_id, ()))
     hit = len(new_computed_blocks.blocks[0]) if new_computed_blocks is not None and \
         new_computed_blocks.blocks else 0
     total = (request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
              + (kwargs.get("num_lookahead_tokens") or 0))
-    need = -(-total // bs) - have - hit
-    return max(1, need - kv.block_pool.get_num_free_blocks())
+    extra = kwargs.get("reserved_blocks") or 0
+    if kwargs.get("full_sequence_must_fit"):
+        total = max(total, min(request.num_tokens, kv.max_model_len))
+    if kwargs.get("has_scheduled_reqs") and request.status.name in ("WAITING", "PREEMPTED"):
+        extra += getattr(kv, "watermark_blocks", 0) or 0
+    return max(1, -(-total // bs) - have - hit + extra)
 
 
 def _retry_releasing(kv, orig, keep, request, *rest):

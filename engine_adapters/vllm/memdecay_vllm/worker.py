@@ -75,7 +75,9 @@ class Engine:
         self.reserve = None
         if self.s.pool:
             seq = self.mirror.free_seqs.pop(0)          # the highest: never a request's
-            self.reserve = pool.Reserve(client, seq, self.ppb, self.s.settle_ms, self.counters)
+            self.reserve = pool.Reserve(client, seq, self.ppb,
+                                        runner.kv_cache_config.num_blocks - 1,
+                                        self.s.settle_ms, self.counters)
             _log().info("memdecay_vllm: pool mode: engine page budget %d (%.0f%% of %d blocks)",
                         engine_pages, 100 * self.s.pool_watermark,
                         runner.kv_cache_config.num_blocks)
@@ -191,7 +193,7 @@ class Engine:
     def on_update(self, runner, so):
         with _lock:
             if self.reserve is not None:
-                self.reserve.short += (getattr(so, pool.SHORT_ATTR, None) or {}).get("short", 0)
+                self.reserve.need += (getattr(so, pool.SHORT_ATTR, None) or {}).get("need", 0)
             try:
                 settings.fault("sessions")
                 self._sessions_update(so)
@@ -283,7 +285,7 @@ class Engine:
         scheduled = [r for r in reqs if r.step_tokens]
         if not self.att.live():
             if self.reserve is not None:
-                self.reserve.short = 0
+                self.reserve.need = 0
                 self.pool_state = {"outcome": "DETACHED"}
             for r in reqs:
                 r.may_evict = False
@@ -303,8 +305,7 @@ class Engine:
             if self.reserve is not None:
                 self.commands.evicted = evicted
                 try:
-                    self.pool_state = self.reserve.settle(self.commands.apply, prm,
-                                                          self.pool_pages)
+                    self.pool_state = self.reserve.settle(self.commands.apply, prm)
                 finally:
                     self.commands.evicted = None
 

@@ -107,8 +107,7 @@ class Fleet:
                "--request-timeout-secs", "1800"]
         self.router = subprocess.Popen(cmd, stdout=open(self.router_log, "w"),
                                        stderr=subprocess.STDOUT,
-                                       preexec_fn=harness.die_with_parent,
-                                       start_new_session=True)
+                                       preexec_fn=harness.die_with_parent)
         self.url = "http://127.0.0.1:%d" % port
 
         def ready():

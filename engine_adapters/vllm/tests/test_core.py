@@ -306,8 +306,8 @@ def part_replace():
 
 def pool_run(daemon):
     """Pool mode on a 24-block pool: two requests of 10 blocks that each decode 300
-    tokens (10 more blocks) outgrow it.  daemon: "frees" (each step's shortfall
-    is evicted from the requests' oldest blocks on the next output, as the worker
+    tokens (10 more blocks) outgrow it.  daemon: "frees" (the blocks each step's
+    failed allocations needed are evicted from the requests' oldest blocks on the next output, as the worker
     relays memdecayd's commands), "spent" (the worker reports that memdecayd has
     nothing left to evict) or "silent" (no report, no eviction).  Returns (the
     pool's counters, preemptions seen on the SchedulerOutputs, whether both
@@ -329,7 +329,7 @@ def pool_run(daemon):
                 break
             so, _ = d.step(extra=extra)
             preempted += len(so.preempted_req_ids or ())
-            short = (getattr(so, SHORT_ATTR, None) or {}).get("short", 0)
+            short = (getattr(so, SHORT_ATTR, None) or {}).get("need", 0)
             extra = None
             if daemon == "spent":
                 extra = {STATE_ATTR: {"outcome": "UNREACHABLE"}}
@@ -350,9 +350,9 @@ def pool_run(daemon):
 def part_order():
     print("order: pool mode's order before preemption", flush=True)
     c, pre, done, probs = pool_run("frees")
-    check(done and pre == 0 and c["held"] > 0 and c["short_blocks"] > 0 and not probs,
+    check(done and pre == 0 and c["held"] > 0 and c["needed_blocks"] > 0 and not probs,
           "memdecayd frees what is short: both requests finish, %d preemptions, held %d "
-          "request-steps, %d blocks asked (%s)" % (pre, c["held"], c["short_blocks"],
+          "request-steps, %d blocks needed (%s)" % (pre, c["held"], c["needed_blocks"],
                                                    probs[:2] or "references right"))
     c, pre, done, probs = pool_run("spent")
     check(done and pre > 0 and c["held"] == 0 and c["held_out"] > 0 and c["preempted"] == pre,

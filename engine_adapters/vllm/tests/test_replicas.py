@@ -35,7 +35,7 @@ def start(work):
     p = subprocess.Popen([sys.executable, SCRIPT, "--replicas", "2", "--policy",
                           "consistent_hash", "--pool-blocks", "120", "--work", work],
                          stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                         preexec_fn=harness.die_with_parent, start_new_session=True)
+                         preexec_fn=harness.die_with_parent)
 
     def up():
         if p.poll() is not None:
