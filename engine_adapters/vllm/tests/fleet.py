@@ -74,36 +74,27 @@ class Fleet:
         return self
 
     def _start_replicas(self):
-        import threading
+        """One after the other, from this thread: each vLLM dies with the thread
+        that started it (harness.die_with_parent: PR_SET_PDEATHSIG follows the
+        parent thread), so a helper thread would take its replica with it."""
         ncpu = os.cpu_count() or 1
-        errs = []
-
-        def one(r):
+        for r in self.replicas:
             env = dict(self.env, MEMDECAY_VLLM_ENGINE="replica-%d" % r.i)
             if ncpu >= len(self.replicas):
                 env["VLLM_CPU_OMP_THREADS_BIND"] = str(r.i)
             extra = ["--enable-prompt-tokens-details"]
             if self.pool_blocks:
                 extra += ["--num-gpu-blocks-override", str(self.pool_blocks)]
-            try:
-                r.server, r.url, r.log = harness.start_server(
-                    r.dir, r.daemon, r.trace, self.model, env, extra_args=extra,
-                    llm_args=self.llm_args)
-            except Exception as e:
-                errs.append(e)
-        th = [threading.Thread(target=one, args=(r,)) for r in self.replicas]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        if errs:
-            raise errs[0]
+            r.server, r.url, r.log = harness.start_server(
+                r.dir, r.daemon, r.trace, self.model, env, extra_args=extra,
+                llm_args=self.llm_args)
 
     def _start_router(self):
         port = harness.free_port()
         cmd = [ROUTER, "--host", "127.0.0.1", "--port", str(port), "--policy", self.policy,
                "--worker-urls"] + [r.url for r in self.replicas] + [
                "--log-level", "warning", "--health-check-interval-secs", "1",
+               "--prometheus-host", "127.0.0.1", "--prometheus-port", str(harness.free_port()),
                "--request-timeout-secs", "1800"]
         self.router = subprocess.Popen(cmd, stdout=open(self.router_log, "w"),
                                        stderr=subprocess.STDOUT,

@@ -152,8 +152,10 @@ def main():
                 p.wait()
         time.sleep(1)
     if p is not None:
-        left = subprocess.run(["pgrep", "-f", work], capture_output=True,
-                              text=True).stdout.split()
+        # the daemons' command lines name their sockets in work; vLLM and the
+        # router are checked by their ports
+        left = subprocess.run(["pgrep", "-f", "memdecayd --socket " + work],
+                              capture_output=True, text=True).stdout.split()
         answering = [u for u in [router] + [u for u, _ in reps] if u and answers(u)]
         check(not left and not answering, "SIGTERM to the script stopped every process of "
               "the fleet (%d daemons left, %s still answering)" % (len(left), answering))
