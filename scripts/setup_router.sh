@@ -17,9 +17,12 @@ mkdir -p "$DEPS"
 
 log() { printf 'setup_router: %s\n' "$*" >&2; }
 
-if [ -x "$VENV/bin/vllm-router" ] &&
-	"$VENV/bin/python" -m pip show vllm-router 2>/dev/null | grep -qx "Version: $ROUTER_VERSION" &&
-	"$VENV/bin/vllm-router" --help >/dev/null 2>&1; then
+installed() {
+	local info
+	info=$("$VENV/bin/python" -m pip show vllm-router 2>/dev/null) || return 1
+	grep -qx "Version: $ROUTER_VERSION" <<<"$info"
+}
+if [ -x "$VENV/bin/vllm-router" ] && installed && "$VENV/bin/vllm-router" --help >/dev/null 2>&1; then
 	exit 0
 fi
 log "installing vllm-router==$ROUTER_VERSION into $VENV"
