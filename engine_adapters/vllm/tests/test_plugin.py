@@ -31,7 +31,8 @@ from vllm.v1.engine.input_processor import InputProcessor as P
 from vllm.v1.core.kv_cache_manager import KVCacheManager as K
 fs = [R._update_states, R.sample_tokens, I.forward, B.build, S.update_from_output, M.cache_blocks,
       C.render_chat_request, O.render_completion_request, P.process_inputs, S._free_blocks,
-      S.schedule, K.get_computed_blocks, K.allocate_slots, K.reset_prefix_cache]
+      S.schedule, K.get_computed_blocks, K.allocate_slots, K.reset_prefix_cache,
+      S._request_blocks_can_be_freed, R.execute_model]
 print("HOOKED", sum("memdecay_vllm" in f.__code__.co_filename for f in fs), "OF", len(fs))
 """
 
@@ -50,8 +51,8 @@ def main():
         print(__doc__)
         return 0 if sys.argv[1] in ("-h", "--help") else 2
     fails = []
-    from memdecay_vllm.hooks import HOOKS
-    N = len(HOOKS)          # the table's rows: every one is installed, or none
+    from memdecay_vllm import hooks
+    N = len(hooks.HOOKS)    # the table's rows: every one is installed, or none
 
     def check(ok, what):
         print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
@@ -444,8 +445,6 @@ def check_store(check):
     check(sessions.common_prefix(list(range(50)), list(range(37)) + [0], 8) == 37,
           "store: the common prefix is exact to the token")
 
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def check_idle_rule(check):
@@ -505,3 +504,7 @@ def check_idle_rule(check):
     check(not steps and n_run > 0,
           "idle rate 0: the same state evicts from the running request too (%d of its pages, "
           "%d of the session's)" % (n_run, n_idle))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
