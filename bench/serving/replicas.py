@@ -33,34 +33,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "engine_adapters", "vllm", "te
 import agents  # noqa: E402
 import fleet  # noqa: E402
 import harness  # noqa: E402
+sys.path.insert(0, HERE)
+import run  # noqa: E402
 
-MODEL = "smollm2"
 ROWS = ("round_robin", "cache_aware", "consistent_hash", "failover")
 ENV = {"MEMDECAY_VLLM_POOL": "on", "MEMDECAY_VLLM_POLICY": "memdecay-turn"}
-
-
-def one_turn(client, msgs, sid, max_tokens):
-    t0 = time.perf_counter()
-    ttft, text, usage = None, [], None
-    s = client.chat.completions.create(
-        model=MODEL, messages=msgs, temperature=0.0, max_tokens=max_tokens, stream=True,
-        stream_options={"include_usage": True}, extra_headers={"X-Session-ID": sid})
-    rid = None
-    for ch in s:
-        rid = rid or ch.id
-        if ch.choices and ch.choices[0].delta.content:
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            text.append(ch.choices[0].delta.content)
-        if ch.usage is not None:
-            usage = ch.usage
-    t = time.perf_counter() - t0
-    cached = 0
-    if usage is not None and usage.prompt_tokens_details is not None:
-        cached = usage.prompt_tokens_details.cached_tokens or 0
-    return {"id": rid, "ttft": ttft if ttft is not None else t, "time": t,
-            "text": "".join(text), "prompt": usage.prompt_tokens if usage else 0,
-            "cached": cached, "end": time.monotonic()}
 
 
 class Run:
@@ -92,14 +69,14 @@ class Run:
             r, failed = None, 0
             for attempt in range(2):            # one retry, as agent frameworks do
                 try:
-                    r = one_turn(client, msgs, sid, a.max_tokens)
+                    r = run.one_turn(client, msgs, sid, a.max_tokens, header=True)
                     break
                 except Exception as e:
                     failed += 1
                     err = "%s: %s" % (type(e).__name__, str(e)[:120])
             if r is None:
                 r = {"id": None, "ttft": None, "time": None, "text": "", "prompt": 0,
-                     "cached": 0, "end": time.monotonic(), "error": err}
+                     "completion": 0, "cached": 0, "end": time.monotonic(), "error": err}
             r["turn"], r["failed_attempts"] = k, failed
             turns.append(r)
             msgs.append({"role": "assistant", "content": r["text"]})
@@ -130,9 +107,9 @@ def run_row(row, a, work):
     try:
         client = openai.OpenAI(base_url=fl.url + "/v1", api_key="none", timeout=1800,
                                max_retries=0)
-        run = Run(a, fl, kill_at=(a.sessions * a.turns // 2) if row == "failover" else None)
+        runner = Run(a, fl, kill_at=(a.sessions * a.turns // 2) if row == "failover" else None)
         t0 = time.perf_counter()
-        th = [threading.Thread(target=run.agent, args=(client, i)) for i in range(a.sessions)]
+        th = [threading.Thread(target=runner.agent, args=(client, i)) for i in range(a.sessions)]
         for t in th:
             t.start()
         for t in th:
@@ -142,17 +119,17 @@ def run_row(row, a, work):
         served = fl.served_by()
     finally:
         fl.stop()
-    sessions = [run.out[i] for i in range(a.sessions)]
+    sessions = [runner.out[i] for i in range(a.sessions)]
     for s in sessions:
         for t in s:
             rid = next((k for k in adopted if t["id"] and k.startswith(t["id"])), None)
             t["adopted"] = adopted[rid] if rid else 0
             req = next((k for k in served if t["id"] and k.startswith(t["id"])), None)
             t["replica"] = served.get(req)
-    return summarise(row, a, sessions, wall, started, run)
+    return summarise(row, a, sessions, wall, started, runner)
 
 
-def summarise(row, a, sessions, wall, started, run):
+def summarise(row, a, sessions, wall, started, runner):
     turns = [t for s in sessions for t in s]
     ok = [t for t in turns if t.get("error") is None]
     later = [t for s in sessions for t in s[1:] if t.get("error") is None]
@@ -170,8 +147,8 @@ def summarise(row, a, sessions, wall, started, run):
          if later else None,
          "computed_prompt_tokens": sum(t["prompt"] - t["cached"] for t in ok),
          "by_turn": by_turn, "sessions": sessions}
-    if run.killed_at is not None:
-        r["failover"] = failover(sessions, run.killed_at)
+    if runner.killed_at is not None:
+        r["failover"] = failover(sessions, runner.killed_at)
     return r
 
 

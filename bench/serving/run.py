@@ -95,14 +95,19 @@ class Sampler(threading.Thread):
             self.stop.wait(0.5)
 
 
-def one_turn(client, msgs, sid, max_tokens):
+def one_turn(client, msgs, sid, max_tokens, header=False):
+    """One streamed turn; the session id goes in the body's session_id, or in an
+    X-Session-ID header (header=True: what a router hashes)."""
     t0 = time.perf_counter()
     ttft = None
-    text, usage = [], None
+    text, usage, rid = [], None, None
+    how = ({"extra_headers": {"X-Session-ID": sid}} if header
+           else {"extra_body": {"session_id": sid}})
     s = client.chat.completions.create(
         model=MODEL, messages=msgs, temperature=0.0, max_tokens=max_tokens, stream=True,
-        stream_options={"include_usage": True}, extra_body={"session_id": sid})
+        stream_options={"include_usage": True}, **how)
     for ch in s:
+        rid = rid or ch.id
         if ch.choices and ch.choices[0].delta.content:
             if ttft is None:
                 ttft = time.perf_counter() - t0
@@ -113,9 +118,10 @@ def one_turn(client, msgs, sid, max_tokens):
     cached = 0
     if usage is not None and usage.prompt_tokens_details is not None:
         cached = usage.prompt_tokens_details.cached_tokens or 0
-    return {"ttft": ttft if ttft is not None else t, "time": t, "text": "".join(text),
-            "prompt": usage.prompt_tokens if usage else 0,
-            "completion": usage.completion_tokens if usage else 0, "cached": cached}
+    return {"id": rid, "ttft": ttft if ttft is not None else t, "time": t,
+            "text": "".join(text), "prompt": usage.prompt_tokens if usage else 0,
+            "completion": usage.completion_tokens if usage else 0, "cached": cached,
+            "end": time.monotonic()}
 
 
 def agent(client, tok, i, a, row, out):
