@@ -30,12 +30,19 @@ extern "C" {
 /* "MEMDCAY1" read as a little-endian u64. */
 #define MD_ABI_MAGIC 0x31594143444d454dULL
 #define MD_ABI_MAJOR 1u
-#define MD_ABI_MINOR 3u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport
+#define MD_ABI_MINOR 4u   /* 1.1: off.engine.cuda_ring_export, HELLO stats_transport
                              1.2: per-sequence options (off.engine.seq_opts,
                                   MD_REC_SEQ_OPTS), the per-sequence protected
                                   page count (off.daemon.seq_protect)
                              1.3: a sequence's session state and tag in those
-                                  options' reserved words */
+                                  options' reserved words
+                             1.4: the host tier (docs/tier.md): page state
+                                  MD_PAGE_TIER, MD_REC_PAGE_TIER, estimated
+                                  attention (MD_REC_F_ESTIMATE), commands
+                                  MD_CMD_RESTORE and MD_CMD_DROP, free reason
+                                  MD_FREE_DROPPED, the parameter block's
+                                  budget_tier_pages, HELLO tier_pages and
+                                  page_bytes */
 
 #define MD_PAGE_TOKENS_MAX 16u      /* a page's labels fit in one u64 (4 bits each) */
 #define MD_PAGE_TOKENS_DEFAULT 16u
@@ -171,6 +178,8 @@ struct md_engine_ctrl {
 enum md_page_state {
 	MD_PAGE_FREE = 0,
 	MD_PAGE_LIVE = 1,
+	MD_PAGE_TIER = 2,   /* 1.4: evicted from the device, its K/V kept in the
+			       engine's host tier: it may come back to its place */
 };
 
 /* One page slot.  The engine bumps `version` to odd before writing and to even
@@ -241,13 +250,32 @@ enum md_rec_type {
 	MD_REC_RELABEL = 8,      /* seq, pos0, pos1, region */
 	MD_REC_SEQ_OPTS = 9,     /* 1.2: seq, policy, budget_sequence_tokens;
 				    1.3: state, session */
-	MD_REC_TYPE_COUNT = 10,
+	MD_REC_PAGE_TIER = 10,   /* 1.4: slot, gen, event (enum md_tier_event) */
+	MD_REC_TYPE_COUNT = 11,
 };
 
 enum md_free_reason {
 	MD_FREE_FINISHED = 0,   /* engine released it (request done, its own reasons) */
 	MD_FREE_EVICTED = 1,    /* an evict command was applied */
+	MD_FREE_DROPPED = 2,    /* 1.4: a tier page's host copy released (a drop
+				   command, or the engine's own tier limit) */
 };
+
+/* 1.4: what happened to a page between the device and the host tier. */
+enum md_tier_event {
+	MD_TIER_IN = 1,         /* an evict command applied, K/V kept in the tier
+				   (in place of PAGE_FREE reason EVICTED) */
+	MD_TIER_RESTORED = 2,   /* a restore command applied: resident again, at
+				   its own positions */
+	MD_TIER_REFUSED = 3,    /* a restore command not applied (no device
+				   room): the page stays in the tier */
+	MD_TIER_EVENT_COUNT = 4,
+};
+
+/* Record flags. */
+#define MD_REC_F_ESTIMATE 1u    /* 1.4, ATTN_PAGE of a tier page: the mass is
+				   the engine's estimate from the page's key
+				   digest, not attention a kernel computed */
 
 #define MD_ATTN_TOKENS_PER_REC 8u
 
@@ -301,6 +329,11 @@ struct md_stats_rec {
 			uint8_t session[MD_SEQ_SESSION_LEN]; /* 1.3 (1.2: reserved, zero) */
 			uint64_t resv1;
 		} seq_opts;
+		struct {
+			uint32_t event;  /* 1.4: enum md_tier_event */
+			uint32_t resv;
+			uint64_t resv1[3];
+		} tier;
 		uint64_t raw[4];
 	} u;
 };
@@ -336,20 +369,28 @@ struct md_param_block {
 	double low_watermark;
 	double base[MD_REGIONS_MAX];
 	double lambda[MD_REGIONS_MAX];
-	uint64_t resv[8];
+	uint64_t budget_tier_pages;   /* 1.4: pages this engine may hold in its host
+					 tier (0: no tier; 1.3: reserved, zero) */
+	uint64_t resv[7];
 };
 
 /* ---- commands (daemon -> engine), 32 bytes ---- */
 enum md_cmd_type {
 	MD_CMD_NONE = 0,
 	MD_CMD_EVICT = 1,
+	MD_CMD_RESTORE = 2,   /* 1.4: bring a tier page back to the device */
+	MD_CMD_DROP = 3,      /* 1.4: release a tier page's host copy */
+	MD_CMD_TYPE_COUNT = 4,
 };
 
+/* Why: an evict command's budget, a restore's recall, a drop's tier budget. */
 enum md_evict_reason {
 	MD_EVICT_SEQUENCE_BUDGET = 1,
 	MD_EVICT_ENGINE_BUDGET = 2,
 	MD_EVICT_GLOBAL_BUDGET = 3,
 	MD_EVICT_REASON_COUNT = 4,   /* counters indexed by reason (0: none) */
+	MD_RESTORE_RECALL = 5,       /* 1.4: MD_CMD_RESTORE */
+	MD_DROP_TIER_BUDGET = 6,     /* 1.4: MD_CMD_DROP */
 };
 
 struct md_cmd {
@@ -392,6 +433,9 @@ _Static_assert(sizeof(struct md_daemon_ctrl) == 3 * MD_CACHELINE, "daemon ctrl")
 _Static_assert(offsetof(struct md_daemon_ctrl, stats_head) == MD_CACHELINE, "stats_head line");
 _Static_assert(sizeof(struct md_param_block) == 392, "param block");
 _Static_assert(offsetof(struct md_param_block, base) == 72, "param base");
+_Static_assert(offsetof(struct md_param_block, budget_tier_pages) == 328,
+	       "param tier budget (1.3: resv[0])");
+_Static_assert(offsetof(struct md_stats_rec, u.tier.event) == 32, "tier record event");
 _Static_assert(sizeof(struct md_cmd) == 32, "command");
 
 /* ---- geometry helpers: both sides compute the layout from the same numbers ---- */
@@ -485,9 +529,13 @@ static inline uint64_t md_daemon_layout(uint32_t cmd_capacity, struct md_daemon_
 /* ---- control socket protocol ----
  * Line-based text, one request per line, at most MD_CTL_LINE_MAX bytes.
  * Engine attach:
- *   HELLO abi=1.3 name=NAME page_tokens=P page_capacity=N max_seqs=S
+ *   HELLO abi=1.4 name=NAME page_tokens=P page_capacity=N max_seqs=S
  *         [tp_rank=R tp_size=T] [policy=NAME] [budget_pages=N]
- *         [budget_sequence_tokens=N] [weight=W] [stats_transport=host|cuda]\n
+ *         [budget_sequence_tokens=N] [weight=W] [stats_transport=host|cuda]
+ *         [tier_pages=N page_bytes=B]\n
+ *   (1.4) tier_pages: the pages the engine can keep in its host tier (0 or
+ *   absent: none); page_bytes: one page's K/V bytes, all layers (for the
+ *   tier's byte counts).
  *   abi= is the sender's MD_ABI_MAJOR.MD_ABI_MINOR: another major is refused;
  *   a higher minor may carry fields this daemon does not know (it skips them).
  *   reply: "OK engine_id=E instance=I\n" carrying four fds by SCM_RIGHTS in

@@ -44,6 +44,8 @@ enum md__hello_field_id {
 	MD__HF_BUDGET_SEQUENCE_TOKENS,
 	MD__HF_WEIGHT,
 	MD__HF_STATS_TRANSPORT,
+	MD__HF_TIER_PAGES,        /* 1.4 */
+	MD__HF_PAGE_BYTES,        /* 1.4 */
 	MD__HF_COUNT,
 };
 
@@ -58,6 +60,9 @@ struct md__hello {
 	int64_t budget_sequence_tokens;
 	double weight;            /* 1.0 default */
 	int stats_transport;      /* 0 host shared memory (default), 1 cuda (ABI 1.1) */
+	uint32_t tier_pages;      /* 1.4: host tier capacity, pages (0: none; at most
+				     page_capacity: a tier page keeps its slot) */
+	uint32_t page_bytes;      /* 1.4: one page's K/V bytes over all layers (0: unknown) */
 };
 
 struct md__hello_field {
@@ -91,6 +96,10 @@ static const struct md__hello_field md__hello_fields[MD__HF_COUNT] = {
 	MD__HELLO_ROW(MD__HF_WEIGHT, "weight", weight, MD__HELLO_WEIGHT, 0, 0, 0),
 	MD__HELLO_ROW(MD__HF_STATS_TRANSPORT, "stats_transport", stats_transport,
 		      MD__HELLO_TRANSPORT, 0, 0, 0),
+	MD__HELLO_ROW(MD__HF_TIER_PAGES, "tier_pages", tier_pages, MD__HELLO_U32, 0,
+		      0, MD_PAGE_CAPACITY_MAX),
+	MD__HELLO_ROW(MD__HF_PAGE_BYTES, "page_bytes", page_bytes, MD__HELLO_U32, 0,
+		      0, UINT32_MAX),
 };
 #undef MD__HELLO_ROW
 

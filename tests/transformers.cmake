@@ -12,6 +12,18 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
     ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
 endif()
 
+# The host tier and recall (docs/tier.md) in the online adapter: restored
+# entries bit for bit, logits equal to the never-evicted reference's, the tier
+# budget live, memdecayd killed mid-recall.  About a minute.
+if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
+  add_test(NAME transformers_tier
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/run.sh
+      ${PROJECT_SOURCE_DIR}/engine_adapters/transformers/tests/test_tier.py)
+  set_tests_properties(transformers_tier PROPERTIES
+    LABELS "transformers;no_asan" TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK model_cpu
+    ENVIRONMENT "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BIN=$<TARGET_FILE_DIR:memdecayd>;MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps;MEMDECAY_SRC=${PROJECT_SOURCE_DIR}")
+endif()
+
 # The same adapter on Gemma 3 270M, whose layers mix a sliding window with full
 # attention: the cache that keeps every entry, the window by true position, the
 # Gemma chat format, one-shot and online past the window.  About 20 s; skipped

@@ -19,6 +19,9 @@ serving"):
                  memdecayd evicts across every request and session only above
                  the pool's watermark
   pool-recency   pool mode with recency
+  pool-turn-tier pool-turn with the host tier and recall (MEMDECAY_VLLM_TIER_MB:
+                 --tier-mb of evicted blocks kept in host memory, restored by
+                 memdecayd when the observed queries would attend them)
 The client sends each agent's session_id in every row (vLLM's own field; plain
 vLLM only tags its KV events with it) and no MemDecay field: the budget and the
 policy are the operator's (MEMDECAY_VLLM_BUDGET_TOKENS, MEMDECAY_VLLM_POLICY).
@@ -47,7 +50,7 @@ import harness  # noqa: E402
 
 MODEL = "smollm2"
 ROWS = ("reference", "plain", "trim", "sessions-turn", "sessions-recency", "nosessions-turn",
-        "pool-turn", "pool-recency")
+        "pool-turn", "pool-recency", "pool-turn-tier")
 
 
 def row_env(row, a):
@@ -56,9 +59,11 @@ def row_env(row, a):
     if row.startswith("pool"):
         # no budget: memdecayd evicts only above the pool's watermark
         # and the hooks' cost a step in the log every 100 steps
-        return {"MEMDECAY_VLLM_POOL": "on", "MEMDECAY_VLLM_COST_EVERY": "100",
-                "MEMDECAY_VLLM_POLICY": "recency" if row.endswith("recency")
-                else "memdecay-turn"}, True
+        env = {"MEMDECAY_VLLM_POOL": "on", "MEMDECAY_VLLM_COST_EVERY": "100",
+               "MEMDECAY_VLLM_POLICY": "recency" if row.endswith("recency") else "memdecay-turn"}
+        if row.endswith("-tier"):
+            env["MEMDECAY_VLLM_TIER_MB"] = str(a.tier_mb)
+        return env, True
     env = {"MEMDECAY_VLLM_BUDGET_TOKENS": str(a.budget)}
     env["MEMDECAY_VLLM_POLICY"] = "recency" if row.endswith("recency") else "memdecay-turn"
     env["MEMDECAY_VLLM_SESSIONS"] = "off" if row.startswith("nosessions") else "on"
@@ -246,6 +251,8 @@ def main():
     ap.add_argument("--pool-blocks", type=int, default=160,
                     help="KV pool in 32-token blocks (default 160: 5,120 tokens, under the "
                     "sessions' histories together)")
+    ap.add_argument("--tier-mb", type=float, default=256,
+                    help="the host tier of the -tier rows, MiB (default 256)")
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=1000)

@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--facts", type=int, default=4)
     ap.add_argument("--asks", type=int, default=6)
     ap.add_argument("--budget", type=int, default=512)
+    ap.add_argument("--tier-mb", type=float, default=256,
+                    help="the host tier of the -tier rows, MiB (default 256)")
     ap.add_argument("--max-model-len", type=int, default=3072)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=1000)
@@ -63,7 +65,7 @@ def main():
            "settings": {"sessions": a.sessions, "turns": a.turns, "facts": a.facts,
                         "asks": a.asks, "budget_tokens": a.budget, "pools": pools,
                         "block_tokens": run.harness.BLOCK, "max_model_len": a.max_model_len,
-                        "max_tokens": a.max_tokens, "seed": a.seed,
+                        "max_tokens": a.max_tokens, "seed": a.seed, "tier_mb": a.tier_mb,
                         "prefill_chunk": run.harness.LLM_ARGS["max_num_batched_tokens"]},
            "machine": {"cpus": os.cpu_count()}, "pools": []}
     if a.append and os.path.exists(a.out):

@@ -126,6 +126,21 @@ static int hello_opts(struct md__daemon *d, const char *hello_line, struct md__h
 	}
 	if (hello->stats_transport == MD__STATS_CUDA && md__cuda_transport_admit(err, errlen) < 0)
 		return -ENOTSUP;
+	/* The host tier (docs/tier.md): a 1.4 engine's, and a tier page keeps
+	 * its page-table slot, so the tier cannot outgrow the table. */
+	if ((hello->given & (1u << MD__HF_TIER_PAGES)) && hello->tier_pages) {
+		if (hello->abi_minor < 4) {
+			snprintf(err, errlen, "HELLO field tier_pages needs abi=1.4 (engine says 1.%u)",
+				 hello->abi_minor);
+			return -EINVAL;
+		}
+		if (hello->tier_pages > hello->page_capacity) {
+			snprintf(err, errlen,
+				 "HELLO field tier_pages=%u: more than page_capacity=%u (a tier "
+				 "page keeps its slot)", hello->tier_pages, hello->page_capacity);
+			return -EINVAL;
+		}
+	}
 	opts->budget_engine_pages = hello->budget_pages;
 	opts->budget_sequence_tokens = hello->budget_sequence_tokens;
 	/* An engine's own word on its share of the global budget is believed
@@ -320,10 +335,10 @@ static void peer_register(struct md__daemon *d, struct md__conn *c, struct md__p
 				 "measured", e->id, e->name);
 	}
 	md__info("engine %u (%s) attached: abi 1.%u pid %d uid %u page_tokens %u page_capacity %u "
-		 "max_seqs %u stats_ring %u cmd_ring %u policy %s",
+		 "max_seqs %u stats_ring %u cmd_ring %u policy %s tier_pages %u",
 		 e->id, e->name, e->abi_minor, (int)e->pid, (unsigned)e->uid, e->page_tokens,
 		 e->page_capacity, e->max_seqs, e->stats_capacity, e->cmd_capacity,
-		 hello->policy[0] ? hello->policy : "default");
+		 hello->policy[0] ? hello->policy : "default", hello->tier_pages);
 }
 
 /* A HELLO weight above budget.max_engine_weight was cut to it: counted
@@ -382,6 +397,8 @@ int md__peer_attach(struct md__daemon *d, struct md__conn *c, const char *hello_
 				      e->max_seqs, &opts)) < 0)
 		goto fail;
 	md__host_engine_set_abi_minor(d->host, e->id, e->abi_minor);
+	if (hello.tier_pages)
+		md__host_engine_set_tier(d->host, e->id, hello.tier_pages, hello.page_bytes);
 	e->params->seq = 0; /* md__peer_publish_params makes it 2 */
 	md__peer_publish_params(d, e);
 	md_store_release(&((struct md_segment_header *)e->dseg)->magic, MD_ABI_MAGIC);

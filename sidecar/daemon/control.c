@@ -481,9 +481,9 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 	if (r->json)
 		md__sbuf_printf(b, "{\"sessions\":[");
 	else
-		md__sbuf_printf(b, "%-6s %-16s %-6s %-8s %-8s %10s %10s %10s %6s %6s %10s %9s\n",
+		md__sbuf_printf(b, "%-6s %-16s %-6s %-8s %-8s %10s %10s %10s %6s %6s %6s %7s %10s %9s\n",
 				"ENGINE", "NAME", "SEQ", "STATE", "SESSION", "TOKENS", "EVICTED",
-				"SPAN", "PAGES", "TURNS", "CLOCK", "IDLE_S");
+				"SPAN", "PAGES", "TIER", "TURNS", "RECALLS", "CLOCK", "IDLE_S");
 	for (struct md__peer *e = d->engines; e; e = e->next) {
 		if (!visible(e) || (only && e != only))
 			continue;
@@ -520,15 +520,16 @@ static int cmd_sessions(struct md__daemon *d, struct md__ctl_req *r, struct md__
 					md__sbuf_json_str(b, tag);
 				else
 					md__sbuf_printf(b, "null");
-				md__sbuf_printf(b, "}");
+				md__sbuf_printf(b, ",\"tier_pages\":%u,\"recalls\":%u}", q->tier_pages,
+						q->recalls);
 			} else {
 				md__sbuf_printf(b, "%-6u %-16.16s %-6u %-8s %-8s %10llu %10llu %10llu %6u %6u "
-						   "%10llu %9.1f\n",
+						   "%6u %7u %10llu %9.1f\n",
 						e->id, e->name, q->seq, state, tag[0] ? tag : "-",
 						(unsigned long long)q->tokens_live,
 						(unsigned long long)evicted,
-						(unsigned long long)q->span_tokens, q->pages, q->turns,
-						(unsigned long long)q->clock, idle);
+						(unsigned long long)q->span_tokens, q->pages, q->tier_pages,
+						q->turns, q->recalls, (unsigned long long)q->clock, idle);
 			}
 		}
 	}

@@ -82,7 +82,7 @@ static size_t flush_commands(struct md__peer *e)
 		}
 		const struct md__pending_cmd *pc = &e->pending[e->pending_head];
 		const struct md__decision *dec = &pc->dec;
-		cmd->type = MD_CMD_EVICT;
+		cmd->type = (uint16_t)(dec->type ? dec->type : MD_CMD_EVICT);
 		cmd->reason = (uint16_t)dec->reason;
 		cmd->seq = dec->seq;
 		cmd->slot = dec->slot;
@@ -486,8 +486,11 @@ static int ingest_result(struct md__daemon *d, struct md__peer *e,
 	 * is exceeded: only the other records (and resyncs, parameter changes,
 	 * the tick) make a decision pass worth running.  A pass costs a scan of
 	 * every sequence of every engine, so running it after attention-only
-	 * batches was the daemon's largest cost (docs/performance.md). */
-	if (rec->type != MD_REC_ATTN_PAGE && rec->type != MD_REC_ATTN_TOKENS)
+	 * batches was the daemon's largest cost (docs/performance.md).  An
+	 * estimate for a tier page (ABI 1.4) may call for a restore: it counts
+	 * as a lifecycle record here (docs/tier.md). */
+	if ((rec->type != MD_REC_ATTN_PAGE && rec->type != MD_REC_ATTN_TOKENS) ||
+	    (rec->flags & MD_REC_F_ESTIMATE))
 		d->dirty = 1;
 	if (d->calib)
 		md__calib_live_observe(d->calib, &e->calib, rec, refreshed);
@@ -513,7 +516,7 @@ static void decide(struct md__daemon *d)
 			if (!e)
 				continue;
 			if (pending_push(e, &out[i], decided) < 0)
-				md__err("engine %u (%s): out of memory queueing eviction of slot %u",
+				md__err("engine %u (%s): out of memory queueing a command for slot %u",
 					e->id, e->name, out[i].slot);
 		}
 	} while (n == MD__DECIDE_BATCH);

@@ -103,6 +103,29 @@ STATS_U64(decision_ns_total)
 STATS_U64(seqs_own_options)
 STATS_U64(seqs_retained)
 STATS_U64(seq_options_applied)
+STATS_U64(tier_budget)
+STATS_U64(tier_pages)
+STATS_U64(tier_in)
+STATS_U64(estimates)
+STATS_U64(restores)
+STATS_U64(recalls)
+STATS_U64(restores_refused)
+STATS_U64(recall_hits)
+STATS_U64(drops)
+STATS_U64(tier_freed)
+
+/* the tier's bytes from the engine's HELLO page_bytes (docs/tier.md) */
+static uint64_t s_tier_bytes(const struct md__metric_ctx *c)
+{
+	return c->st->tier_pages * c->st->page_bytes;
+}
+
+/* K/V bytes moved between device and host: pages that entered the tier and
+ * pages restored from it */
+static uint64_t s_tier_bytes_moved(const struct md__metric_ctx *c)
+{
+	return (c->st->tier_in + c->st->recalls) * c->st->page_bytes;
+}
 
 ECTRL_U64(attn_dropped)
 ECTRL_U64(lifecycle_dropped)
@@ -315,6 +338,45 @@ const struct md__metric md__metrics[] = {
 	  .get = e_seq_opts_torn },
 	{ E(COUNT), "seq_protect_writes", NULL, 0, NULL, NULL, NULL, 0,
 	  .get = e_seq_protect_writes },
+	/* ABI 1.4: the host tier and recall (docs/tier.md) */
+	{ E(COUNT), "tier_pages", "  tier            %llu pages", 32,
+	  "memdecay_tier_pages", GAUGE, "Pages in the engine's host tier (ABI 1.4).", 32,
+	  .get = s_tier_pages },
+	{ E(COUNT), "tier_bytes", " (%llu bytes)", 33,
+	  "memdecay_tier_bytes", GAUGE, "Host tier bytes (tier pages x HELLO page_bytes).", 33,
+	  .get = s_tier_bytes },
+	{ E(COUNT), "tier_budget_pages", ", budget %llu pages", 34,
+	  "memdecay_tier_budget_pages", GAUGE, "Effective host tier budget (0: no tier).", 34,
+	  .get = s_tier_budget },
+	{ E(COUNT), "tier_in", ", %llu entered", 35,
+	  "memdecay_tier_in_total", COUNTER, "Evicted pages the engine kept in its tier.", 35,
+	  .get = s_tier_in },
+	{ E(COUNT), "tier_drops", ", %llu dropped", 36,
+	  "memdecay_tier_drops_total", COUNTER, "Tier pages dropped for the tier budget.", 36,
+	  .get = s_drops },
+	{ E(COUNT), "tier_freed", ", %llu freed\n", 37,
+	  "memdecay_tier_freed_total", COUNTER, "Tier pages freed by the engine.", 37,
+	  .get = s_tier_freed },
+	{ E(COUNT), "estimates", "  recall          %llu estimates", 38,
+	  "memdecay_estimates_total", COUNTER, "Estimated-attention records taken.", 38,
+	  .get = s_estimates },
+	{ E(COUNT), "restores", ", %llu restores decided", 39,
+	  "memdecay_restores_total", COUNTER, "Restore commands decided.", 39,
+	  .get = s_restores },
+	{ E(COUNT), "recalls", ", %llu applied", 40,
+	  "memdecay_recalls_total", COUNTER, "Restores the engine applied.", 40,
+	  .get = s_recalls },
+	{ E(COUNT), "restores_refused", ", %llu refused", 41,
+	  "memdecay_restores_refused_total", COUNTER, "Restores the engine refused.", 41,
+	  .get = s_restores_refused },
+	{ E(COUNT), "recall_hits", ", %llu hits", 42,
+	  "memdecay_recall_hits_total", COUNTER,
+	  "Recalled pages attended after their restore (once each).", 42,
+	  .get = s_recall_hits },
+	{ E(COUNT), "tier_bytes_moved", ", %llu bytes moved\n", 43,
+	  "memdecay_tier_bytes_moved_total", COUNTER,
+	  "K/V bytes moved between device and host tier (in + restored).", 43,
+	  .get = s_tier_bytes_moved },
 };
 const size_t md__metrics_n = sizeof(md__metrics) / sizeof(md__metrics[0]);
 

@@ -6,7 +6,12 @@ each live page's attention mass and refresh bitmap (md_publish_batch through the
 binding), and frees the pages the daemon evicts, through libmemdecay's engine
 contract (docs/adapters.md: apply_commands, and settle's bounded wait when a
 budget is set).  What to drop is always the daemon's decision; this file only
-keeps positions, pages and slots in step."""
+keeps positions, pages and slots in step.
+
+With a host tier (docs/tier.md, `tier_pages` > 0 and a daemon that grants
+one), an evicted page moves to `tier` instead of being freed, a restore
+command moves it back, a drop command frees it; the caller moves the K/V
+entries of `tiered`, `restored` and `dropped` positions accordingly."""
 import subprocess
 
 import numpy as np
@@ -26,8 +31,13 @@ class SeqPages:
         self.batch = client.batch()
         self.evicted_order = []  # positions, in the order the daemon evicted them
         self._evicted = []       # positions freed by the current apply or settle
+        self.tier = {}           # slot -> [gen, positions, regions]: in the host tier
+        self.tier_capacity = 0   # pages this side can hold in its tier (0: none)
+        self.tiered, self.restored, self.dropped = [], [], []  # positions, since take_moves
         self.pinned_mask = 1     # system, until the parameter block says otherwise
-        self.stats = {"steps": 0, "evictions": 0, "settle_timeouts": 0, "unreachable": 0}
+        self.stats = {"steps": 0, "evictions": 0, "settle_timeouts": 0, "unreachable": 0,
+                      "tier_in": 0, "restores": 0, "restores_refused": 0, "drops": 0,
+                      "estimates": 0, "recall_timeouts": 0}
 
     # ---- declaring tokens ----
     def append(self, positions, regions):
@@ -84,11 +94,18 @@ class SeqPages:
         self.stats["steps"] += 1
 
     def _apply(self, ev):
-        """One evict command (libmemdecay hands it over): the page leaves the
-        mirror and is reported freed.  False: a page this mirror no longer has."""
+        """One command (libmemdecay hands it over).  Evict: the page leaves the
+        mirror and is reported freed (1), or moves to the tier (2) when there
+        is one with room.  Restore: back from the tier (1), or refused (0) for
+        a page this side no longer holds there.  Drop: released from the tier
+        (1).  0: a page this mirror no longer has."""
+        if ev.type == memdecay.CMD_RESTORE:
+            return self._restore(ev)
+        if ev.type == memdecay.CMD_DROP:
+            return self._drop(ev)
         g = self.pages.get(ev.slot)
         if g is None or g[0] != ev.gen:
-            return False
+            return 0
         for r in g[2]:
             if (self.pinned_mask >> r) & 1:
                 raise AssertionError("memdecayd evicted a pinned page (slot %d, region %d)"
@@ -98,11 +115,78 @@ class SeqPages:
             del self.page_of[p]
         if self.tail == ev.slot:
             self.tail = None
-        self.c.page_free(ev.slot, EVICTED)
         self._evicted.extend(g[1])
         self.evicted_order.extend(g[1])
         self.stats["evictions"] += 1
-        return True
+        if len(self.tier) < self.tier_capacity and self.c.tier_budget() > 0:
+            self.tier[ev.slot] = g
+            self.tiered.extend(g[1])
+            self.stats["tier_in"] += 1
+            return memdecay.KEPT_IN_TIER   # libmemdecay publishes PAGE_TIER IN
+        self.c.page_free(ev.slot, EVICTED)
+        return 1
+
+    def _restore(self, ev):
+        g = self.tier.get(ev.slot)
+        if g is None or g[0] != ev.gen:
+            self.stats["restores_refused"] += 1
+            return 0
+        del self.tier[ev.slot]
+        self.pages[ev.slot] = g
+        for p in g[1]:
+            self.page_of[p] = ev.slot
+        self.restored.extend(g[1])
+        self.stats["restores"] += 1
+        return 1
+
+    def _drop(self, ev):
+        g = self.tier.get(ev.slot)
+        if g is None or g[0] != ev.gen:
+            return 0
+        del self.tier[ev.slot]
+        self.dropped.extend(g[1])
+        self.stats["drops"] += 1
+        return 1
+
+    def tier_positions(self):
+        return sorted(p for g in self.tier.values() for p in g[1])
+
+    def take_moves(self):
+        """(tiered, restored, dropped) positions since the last call."""
+        m = (self.tiered, self.restored, self.dropped)
+        self.tiered, self.restored, self.dropped = [], [], []
+        return m
+
+    def publish_estimates(self, mass_of):
+        """Each tier page's estimated mass (sum over its tokens of mass_of,
+        position -> estimate) and refresh bits by the same tau rule as
+        publish, flagged as estimates (docs/tier.md)."""
+        if not self.tier:
+            return 0
+        prm = self.c.params()
+        tau = prm["tau"]
+        norm = float(self.live_tokens()) if prm["norm_mode"] == 1 else 1.0
+        b = self.batch
+        k = 0
+        for slot, (gen, pos, _) in self.tier.items():
+            if k == b.capacity:
+                break
+            m = [float(mass_of.get(p, 0.0)) for p in pos]
+            b.slots[k] = slot
+            b.mass[k] = sum(m)
+            b.refresh[k] = sum(1 << j for j, v in enumerate(m) if v * norm > tau)
+            k += 1
+        self.c.publish_estimates(b, k)
+        self.stats["estimates"] += k
+        return k
+
+    def settle_recall(self, timeout_s=1.0):
+        """The bounded wait for the daemon's recall decisions after estimates
+        (fail-open: a timeout is counted and serving goes on)."""
+        r = self.c.settle_recall(int(timeout_s * 1000), apply=self._apply)
+        if r.outcome == memdecay.Settle.TIMEOUT:
+            self.stats["recall_timeouts"] += 1
+        return r
 
     def apply_commands(self):
         """Frees the pages the daemon evicted; returns their positions."""
