@@ -8,7 +8,7 @@
 if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   set(_md_vllm_env
     "MEMDECAY_LIBRARY=$<TARGET_FILE:memdecay>;MEMDECAY_BUILD=${PROJECT_BINARY_DIR};MEMDECAY_DEPS=${PROJECT_SOURCE_DIR}/.deps")
-  foreach(_t plugin core holes offline serve adopt options)
+  foreach(_t plugin core holes offline serve adopt options tier)
     add_test(NAME vllm_${_t}
       COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
         ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py)

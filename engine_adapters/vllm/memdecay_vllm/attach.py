@@ -22,9 +22,11 @@ from .mirror import PAGE_TOKENS
 
 
 class Attachment:
-    def __init__(self, s, page_capacity, max_seqs, engine_pages=-1):
+    def __init__(self, s, page_capacity, max_seqs, engine_pages=-1, tier_pages=0, page_bytes=0):
         """engine_pages: the engine page budget asked in HELLO (pool mode: the
-        share of vLLM's pool below the watermark); -1: the daemon's setting."""
+        share of vLLM's pool below the watermark); -1: the daemon's setting.
+        tier_pages, page_bytes: the host tier's capacity and a tier page's
+        bytes (tier.py: a tier page stands for its block)."""
         self.s = s
         self.name = s.engine_name
         budget = s.budget_tokens
@@ -32,7 +34,8 @@ class Attachment:
             socket_path=s.socket, engine_name=self.name, page_tokens=PAGE_TOKENS,
             page_capacity=page_capacity, max_seqs=max_seqs, policy=s.policy,
             budget_sequence_tokens=budget if budget and budget > 0 else -1,
-            budget_engine_pages=engine_pages, library=s.library)
+            budget_engine_pages=engine_pages, library=s.library, tier_pages=tier_pages,
+            page_bytes=page_bytes)
         self.batch = self.client.batch()
         c = self.client
         self.up = c.attached

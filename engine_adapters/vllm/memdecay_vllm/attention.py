@@ -48,26 +48,40 @@ def key_layout(isa, block_size, head_size, dtype):
     return p
 
 
-def attention_mass(kv_cache, isa, idx, nblk, q, pad, scale):
+def block_keys(blocks, isa, head_size, idx=None):
+    """The keys of KV blocks [nb, kvh, bs, 2D] (vLLM's CPU cache layout), or of
+    those idx names, as [n, kvh, D, bs] whatever the kernel's layout; only the
+    keys are gathered."""
+    nb, kvh, bs, _ = blocks.shape
+    D = head_size
+    layout = key_layout(isa, bs, D, blocks.dtype)
+    kb = blocks.view(nb, kvh, 2 * bs * D)[:, :, :bs * D]
+    if idx is not None:
+        kb = kb.index_select(0, idx)
+    n = kb.shape[0]
+    if layout is TRANSPOSED:                                      # stored [D][bs]
+        return kb.reshape(n, kvh, D, bs)
+    return kb[:, :, layout].view(n, kvh, bs, D).transpose(-1, -2)
+
+
+def attention_mass(kv_cache, isa, idx, nblk, q, pad, scale, lse=False):
     """Each row's attention over its blocks, averaged over heads: q [R, H, D] (one
     query a row), idx the rows' block ids [R*nblk] (padded), pad [R, nblk*bs] True
     past a row's length.  Returns [R, nblk*bs], each row summing to 1 over its
-    unpadded tokens, in the order the blocks were given."""
-    nb, kvh, bs, _ = kv_cache.shape
+    unpadded tokens, in the order the blocks were given; with lse, also the
+    scores' log-sum-exp [R, kvh, g] (what the host tier's estimate is
+    normalised with, tier.py)."""
     R, H, D = q.shape
-    layout = key_layout(isa, bs, D, kv_cache.dtype)
-    keys = kv_cache.view(nb, kvh, 2 * bs * D)[:, :, :bs * D]
-    kb = keys.index_select(0, idx)                                # [R*nblk, kvh, bs*D]
-    if layout is TRANSPOSED:                                      # stored [D][bs]
-        kb = kb.view(R, nblk, kvh, D, bs)
-    else:
-        kb = kb[:, :, layout].view(R, nblk, kvh, bs, D).transpose(-1, -2)
+    kb = block_keys(kv_cache, isa, D, idx)                        # [R*nblk, kvh, D, bs]
+    kvh, bs = kb.shape[1], kb.shape[3]
+    kb = kb.view(R, nblk, kvh, D, bs)
     # one batched matmul over (row, block, kv head), then the small scores in row order
     g = H // kvh
     sc = torch.matmul(q.view(R, 1, kvh, g, D).to(kb.dtype), kb)   # [R, nblk, kvh, g, bs]
     sc = sc.permute(0, 2, 3, 1, 4).reshape(R, kvh, g, nblk * bs).float() * scale
     sc.masked_fill_(pad[:, None, None, :], float("-inf"))
-    return torch.softmax(sc, dim=-1).mean(dim=(1, 2))
+    p = torch.softmax(sc, dim=-1).mean(dim=(1, 2))
+    return (p, torch.logsumexp(sc, dim=-1)) if lse else p
 
 
 def layer_index(layer):
@@ -86,10 +100,12 @@ class Stats:
     r.acc (its token mass so far), r.acc_layers and r.kept (the original block
     indices the attention saw, in order)."""
 
-    def __init__(self, block_size, prefill_queries, layer_stride):
+    def __init__(self, block_size, prefill_queries, layer_stride, tier=None, recall_every=16):
         self.block_size = block_size
         self.prefill_queries = prefill_queries
         self.layer_stride = layer_stride
+        self.tier = tier               # the host tier (tier.py), None without one
+        self.recall_every = recall_every
         self.rows = []             # (req, seq_len, its queries' span in batch) per tracked row
         self.batch = None          # their gather indices, query rows and padding mask
 
@@ -135,6 +151,13 @@ class Stats:
             if r.kept is None:
                 r.kept = torch.arange((n + bs - 1) // bs)
             self.rows.append((r, n, span))
+            # the tier is scored at a prefill chunk and every recall_every decoded tokens
+            prefill = int(qsl[row + 1]) - int(qsl[row]) > 1
+            r.since_est = 0 if prefill else r.since_est + 1
+            r.est_now = bool(r.tier) and (prefill or r.since_est >= self.recall_every)
+            r.est_prefill = r.est_now and prefill
+            if r.est_now:
+                r.since_est = 0
 
     def layer(self, impl, layer, query, kv_cache):
         """Adds this layer's attention of each planned row's observed queries over
@@ -144,9 +167,13 @@ class Stats:
         if layer_index(layer) % self.layer_stride:
             return
         b = self.batch
-        p = attention_mass(kv_cache, getattr(layer, "isa", "vec"), b["idx"], b["nblk"],
-                           query.view(query.shape[0], impl.num_heads, impl.head_size)
-                           .index_select(0, b["q"]), b["pad"], impl.scale)
+        isa = getattr(layer, "isa", "vec")
+        q = query.view(query.shape[0], impl.num_heads, impl.head_size).index_select(0, b["q"])
+        recall = self.tier is not None and any(r.est_now for r, _, _ in self.rows)
+        p = attention_mass(kv_cache, isa, b["idx"], b["nblk"], q, b["pad"], impl.scale,
+                           lse=recall)
+        if recall:
+            p, lse = p
         for r, seq_len, (q0, q1) in self.rows:
             m = p[q0:q1, :seq_len].mean(dim=0)     # over the row's observed queries
             if r.acc is None:
@@ -154,3 +181,5 @@ class Stats:
             else:
                 r.acc += m
             r.acc_layers += 1
+            if recall and r.est_now:
+                self.tier.estimate(r, kv_cache, isa, q[q0:q1], lse[q0:q1], impl.scale)

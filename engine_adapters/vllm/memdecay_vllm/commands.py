@@ -41,6 +41,7 @@ class Commands:
         self.trace = trace
         self.evicted = None        # the step's (request id, block) pairs, while settling
         self.pinned_mask = 0       # the parameter block's, read at the step's end
+        self.tier = None           # tier.Tier: evicted blocks kept in host memory
 
     def publish(self, reqs, prm, idle=()):
         """One step: each request's clock, and the page masses of those the
@@ -94,10 +95,31 @@ class Commands:
         finally:
             self.evicted = None
 
+    def recall(self, evicted, prm, timeout_ms):
+        """The bounded wait for memdecayd's decision on the estimates just
+        published (a prefill's end): commands applied through apply meanwhile,
+        evicted pairs appended to `evicted`.  Fail-open: a timeout goes on."""
+        self.evicted = evicted
+        self.pinned_mask = prm["pinned_mask"]
+        try:
+            r = self.client.settle_recall(timeout_ms, apply=self.apply)
+        finally:
+            self.evicted = None
+        self.counters["recall_waits"] += 1
+        if r.outcome == memdecay.Settle.TIMEOUT:
+            self.counters["recall_timeouts"] += 1
+        return r
+
     def apply(self, ev):
-        """One command: True when its page left the daemon's view of vLLM's cache
-        (its block evicted, or the page alone where the block holds pinned
-        tokens), False when vLLM keeps it (the block being written)."""
+        """One command.  Evict: True when its page left the daemon's view of
+        vLLM's cache (its block evicted, or the page alone where the block holds
+        pinned tokens), KEPT_IN_TIER when its block went to the host tier,
+        False when vLLM keeps it (the block being written).  Restore and drop:
+        the tier's (tier.py)."""
+        if ev.type == memdecay.CMD_RESTORE:
+            return self.tier is not None and self.tier.restore(ev)
+        if ev.type == memdecay.CMD_DROP:
+            return self.tier is not None and self.tier.drop(ev)
         o = self.mirror.owner.get(ev.slot)
         if o is None or o[2] != ev.gen:
             self.counters["stale"] += 1
@@ -122,15 +144,32 @@ class Commands:
             self.client.page_free(ev.slot, memdecay.EVICTED)
             self.counters["kept_for_pinned"] += 1
             return True
-        self._evict_block(r, b, ev.slot)
+        kept = self._evict_block(r, b, ev.slot)
         self.evicted.append((r.id, b))
-        return True
+        return memdecay.KEPT_IN_TIER if kept else True
 
     def _pinned_sibling(self, r, b):
         return any(pinned(r.pages[p][2], self.pinned_mask)
                    for p in range(b * self.ppb, (b + 1) * self.ppb) if p in r.pages)
 
+    def _to_tier(self, r, b, commanded_slot):
+        """Block b of r into the host tier, before it leaves vLLM's cache: the
+        commanded page becomes its tier page, the siblings' regions are kept to
+        open them again at a restore.  False: no tier, or no room."""
+        if self.tier is None:
+            return False
+        span = [(p, r.pages[p]) for p in range(b * self.ppb, (b + 1) * self.ppb) if p in r.pages]
+        cmd = [(p, pg) for p, pg in span if pg[0] == commanded_slot]
+        if not cmd:
+            return False
+        pidx, pg = cmd[0]
+        sibs = [(p, list(q[2])) for p, q in span if q[0] != commanded_slot]
+        return self.tier.keep(r, b, pg[0], pg[1], pidx, list(pg[2]), sibs)
+
     def _evict_block(self, r, b, commanded_slot):
+        """Block b of r leaves vLLM's cache; True when it went to the host tier
+        (libmemdecay then says so for the commanded page)."""
+        kept = self._to_tier(r, b, commanded_slot)
         regs = []
         siblings = 0
         m = self.mirror
@@ -141,7 +180,8 @@ class Commands:
             m.owner.pop(pg[0], None)
             regs.extend(pg[2])
             if pg[0] == commanded_slot:
-                self.client.page_free(pg[0], memdecay.EVICTED)
+                if not kept:
+                    self.client.page_free(pg[0], memdecay.EVICTED)
             else:
                 self.client.page_free(pg[0], memdecay.FINISHED)
                 if len(m.sibling_freed) > 4096:     # commands come within a step or two
@@ -155,5 +195,6 @@ class Commands:
         if self.trace:
             self.trace.write(json.dumps({"pid": os.getpid(), "evict": r.id, "block": b,
                                          "regions": sorted(set(regs)), "engine": self.name,
-                                         "siblings": siblings,
+                                         "siblings": siblings, "tier": kept,
                                          "t": time.time()}) + "\n")
+        return kept

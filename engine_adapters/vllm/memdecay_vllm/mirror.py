@@ -25,7 +25,9 @@ def pinned(regions, mask):
 
 class Req:
     __slots__ = ("id", "seq", "prompt_regions", "n", "pages", "holes", "step_tokens",
-                 "acc", "acc_layers", "kept", "may_evict", "idle_t", "idle_acc")
+                 "acc", "acc_layers", "kept", "may_evict", "idle_t", "idle_acc",
+                 "tier", "block_ids", "est", "est_order", "est_layers", "since_est", "est_now",
+                 "est_prefill")
 
     def __init__(self, req_id, seq, prompt_regions):
         self.id = req_id
@@ -43,6 +45,17 @@ class Req:
         self.may_evict = True
         self.idle_t = 0.0          # retained (pool mode): when its clock last advanced
         self.idle_acc = 0.0        # and the fraction of a token it is owed
+        # the host tier (tier.py): block index -> its tier page's slot; the block
+        # ids vLLM gave it when it finished (a retained session's); the step's
+        # estimate for its tier blocks and when the tier was last scored
+        self.tier = {}
+        self.block_ids = None
+        self.est = None
+        self.est_order = None
+        self.est_layers = 0
+        self.since_est = 0
+        self.est_now = False
+        self.est_prefill = False
 
     def region_at(self, pos):
         r = self.prompt_regions
@@ -55,6 +68,8 @@ class Mirror:
 
     def __init__(self, client, max_seqs, block_size, counters):
         self.client = client
+        self.tier = None           # tier.Tier when the worker keeps a host tier
+        self.finished_blocks = {}  # request id -> its block ids as it finished (this step)
         self.block_size = block_size
         self.counters = counters
         self.free_seqs = list(range(max_seqs - 1, -1, -1))
@@ -110,6 +125,8 @@ class Mirror:
             return
         for pg in r.pages.values():
             self.owner.pop(pg[0], None)
+        if self.tier is not None:
+            self.tier.forget(r)     # seq_end frees its tier pages in the daemon
         self.client.seq_end(r.seq)
         self.free_seqs.append(r.seq)
 
@@ -123,6 +140,7 @@ class Mirror:
             r.acc = r.kept = None
             r.idle_t = time.monotonic()
             r.idle_acc = 0.0
+            r.block_ids = self.finished_blocks.get(req_id)
             self.retained[req_id] = r
             self._mark(r, True, session_id)
 
@@ -183,6 +201,9 @@ class Mirror:
             self.owner.pop(pg[0], None)
             self.client.page_free(pg[0], memdecay.FINISHED)
         r.holes = {b for b in r.holes if b < n_tokens // self.block_size}
+        if self.tier is not None:
+            self.tier.cut(r, n_tokens // self.block_size)
+        r.block_ids = None          # the adopter's are vLLM's (its CachedRequestState)
         r.id = req_id
         r.prompt_regions = reg
         r.n = n_tokens

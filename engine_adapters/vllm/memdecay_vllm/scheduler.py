@@ -28,7 +28,7 @@ import json
 import os
 import time
 
-from . import log, metrics, settings
+from . import log, metrics, settings, tier
 from .pool import STATE_ATTR, pool_of
 from .settings import fault
 from .sessions import EVENTS_ATTR, EVICTED_FLAG, HIT_ATTR, extends, store_of
@@ -136,6 +136,12 @@ def wrap_update_from_output(orig):
             fault("scheduler")
             evicted = getattr(model_runner_output, EVICTED_ATTR, None)
             freed = free_evicted(self, evicted) if evicted else 0
+            restored = getattr(model_runner_output, tier.RESTORED_ATTR, None)
+            if restored:
+                # after the evictions: a block may leave and come back in one step
+                tier.spares_of(self.kv_cache_manager, settings.get()).install(
+                    self, restored, getattr(self.kv_cache_manager, "_memdecay_store", None),
+                    _managers(self.kv_cache_manager))
             state = getattr(model_runner_output, STATE_ATTR, None)
             if state is not None:
                 pool_of(self.kv_cache_manager, settings.get()).state = state
@@ -195,6 +201,11 @@ def wrap_schedule(orig):
         except Exception as e:
             log.failed("expiring sessions", e)
         out = orig(self, *args, **kwargs)
+        try:
+            if s.tier_mb > 0:
+                tier.spares_of(self.kv_cache_manager, s).top_up(out)
+        except Exception as e:
+            log.failed("granting spare blocks for restores", e)
         try:
             if p is not None:
                 p.end_step(out)

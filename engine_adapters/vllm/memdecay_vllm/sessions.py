@@ -361,6 +361,20 @@ class Store:
             x.held -= freed
         return freed, None
 
+    def apply_restored(self, key, idx, block):
+        """A block the worker restored from the host tier (tier.py) into request
+        `key`, which is no longer running.  Returns (placed, adopter): placed
+        when it went into the retained session's hole; adopter as apply_evicted's."""
+        x = self.sessions.get(key)
+        if x is None:
+            return False, self.adopted.get(key)
+        g = x.blocks[0] if x.blocks else None
+        if g is None or not 0 <= idx < len(g) or not g[idx].is_null:
+            return False, None
+        g[idx] = block
+        x.held += 1
+        return True, None
+
     def snapshot(self):
         """The numbers the metrics export (metrics.py)."""
         return {"sessions": len(self.sessions), "blocks": self.held_blocks(),

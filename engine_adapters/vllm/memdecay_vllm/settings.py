@@ -106,6 +106,26 @@ class Settings:
         if self.pool_hold_steps < 0:
             raise ValueError("MEMDECAY_VLLM_POOL_HOLD_STEPS=%r: want a count >= 0"
                              % os.environ.get("MEMDECAY_VLLM_POOL_HOLD_STEPS"))
+        # the host tier (tier.py, docs/vllm.md "Host tier and recall"): MiB of evicted
+        # blocks kept in host memory (0: none), the tier scored every N decoded tokens,
+        # the bounded wait for recall decisions at a prefill's end, spare blocks the
+        # engine core allocates ahead for restores
+        self.tier_mb = _float("MEMDECAY_VLLM_TIER_MB", 0.0)
+        if self.tier_mb < 0:
+            raise ValueError("MEMDECAY_VLLM_TIER_MB=%r: want MiB >= 0 (0: no tier)"
+                             % os.environ.get("MEMDECAY_VLLM_TIER_MB"))
+        self.recall_every = _int("MEMDECAY_VLLM_RECALL_EVERY", 16)
+        if self.recall_every < 1:
+            raise ValueError("MEMDECAY_VLLM_RECALL_EVERY=%r: want a count of tokens >= 1"
+                             % os.environ.get("MEMDECAY_VLLM_RECALL_EVERY"))
+        self.recall_wait_ms = _int("MEMDECAY_VLLM_RECALL_WAIT_MS", 50)
+        if not 0 <= self.recall_wait_ms <= 10000:
+            raise ValueError("MEMDECAY_VLLM_RECALL_WAIT_MS=%r: want milliseconds in 0..10000"
+                             % os.environ.get("MEMDECAY_VLLM_RECALL_WAIT_MS"))
+        self.tier_spares = _int("MEMDECAY_VLLM_TIER_SPARES", 4)
+        if not 1 <= self.tier_spares <= 256:
+            raise ValueError("MEMDECAY_VLLM_TIER_SPARES=%r: want a count of blocks in 1..256"
+                             % os.environ.get("MEMDECAY_VLLM_TIER_SPARES"))
         # daemon sequences a worker may hold: pool mode tracks every request and every
         # retained session, so it asks room for both by default
         self.max_seqs = max(1, _int("MEMDECAY_VLLM_MAX_SEQS", 256 if self.pool else 64))

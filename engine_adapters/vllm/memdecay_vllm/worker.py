@@ -26,7 +26,7 @@ import time
 import memdecay
 from memdecay import Region
 
-from . import attach, log, pool, regions, settings
+from . import attach, log, pool, regions, settings, tier
 from .log import logger as _log
 from .attention import Stats
 from .commands import Commands
@@ -58,8 +58,19 @@ class Engine:
             self.pool_pages = runner.kv_cache_config.num_blocks * self.ppb
         else:
             self.max_seqs = min(self.s.max_seqs, runner.max_num_reqs)
+        # the host tier (tier.py): blocks of the MiB asked, a tier page a block;
+        # one KV cache group only (a hole's block index is the same in every layer)
+        self.tier_blocks = 0
+        self.block_bytes = tier.kv_block_bytes(runner.kv_caches) if runner.kv_caches else 0
+        if self.s.tier_mb > 0:
+            if len(runner.kv_cache_config.kv_cache_groups) != 1:
+                _log().warning("memdecay_vllm: MEMDECAY_VLLM_TIER_MB ignored: %d KV cache "
+                               "groups (the host tier needs one)",
+                               len(runner.kv_cache_config.kv_cache_groups))
+            else:
+                self.tier_blocks = tier.tier_blocks(self.s.tier_mb, self.block_bytes)
         self.page_capacity = (self.max_seqs * ((max_len + PAGE_TOKENS - 1) // PAGE_TOKENS + 1)
-                              + self.pool_pages)
+                              + self.pool_pages + self.tier_blocks)
         self.step_active = False
         self.last_step = time.monotonic()
         self.pool_state = None      # pool mode: the last wait, for the engine core
@@ -67,7 +78,8 @@ class Engine:
                          "untracked": 0, "kept_for_pinned": 0,
                          "siblings_commanded": 0, "failed_open": 0, "sessions_adopted": 0,
                          "sessions_seeded": 0, "pool_waits": 0, "pool_reserved_pages": 0}
-        self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs, engine_pages)
+        self.att = attach.Attachment(self.s, self.page_capacity, self.max_seqs, engine_pages,
+                                     self.tier_blocks, self.block_bytes if self.tier_blocks else 0)
         client = self.att.client
         if client.attached:
             _log().info("memdecay_vllm: %d-token blocks = %d pages", self.block_size, self.ppb)
@@ -83,9 +95,18 @@ class Engine:
                         runner.kv_cache_config.num_blocks)
         self.failed = set()        # requests served without eviction after a fault here
         self.trace = open(self.s.trace, "a", buffering=1) if self.s.trace else None
-        self.stats = Stats(self.block_size, self.s.prefill_queries, self.s.layer_stride)
+        self.tier = None
+        if self.tier_blocks:
+            self.tier = tier.Tier(runner, client, self.mirror, self.tier_blocks, self.counters)
+            self.mirror.tier = self.tier
+            _log().info("memdecay_vllm: host tier of %d blocks (%.1f MiB, %d bytes a block)",
+                        self.tier_blocks, self.tier_blocks * self.block_bytes / (1 << 20),
+                        self.block_bytes)
+        self.stats = Stats(self.block_size, self.s.prefill_queries, self.s.layer_stride,
+                           self.tier, self.s.recall_every)
         self.commands = Commands(client, self.att.batch, self.att.name, runner, self.mirror,
                                  self.block_size, self.s.settle_ms, self.counters, self.trace)
+        self.commands.tier = self.tier
         # seconds spent in the plugin's hooks, logged every cost_every steps
         self.cost = {"update": 0.0, "build": 0.0, "forward": 0.0, "step_end": 0.0}
         self.cost_steps = 0
@@ -194,6 +215,8 @@ class Engine:
         with _lock:
             if self.reserve is not None:
                 self.reserve.need += (getattr(so, pool.SHORT_ATTR, None) or {}).get("need", 0)
+            if self.tier is not None:
+                self.tier.spares.extend(getattr(so, tier.SPARES_ATTR, None) or ())
             try:
                 settings.fault("sessions")
                 self._sessions_update(so)
@@ -300,7 +323,14 @@ class Engine:
         idle = self.mirror.idle_steps(self.s.pool_idle_tokens_s) if self.reserve else []
         if scheduled or idle:
             self.commands.publish(scheduled, prm, idle)
+        recall = False
+        if self.tier is not None and scheduled:
+            recall = any(r.est_prefill for r in scheduled if r.est is not None)
+            self.tier.publish_estimates(scheduled, self.att.batch, prm)
         if reportable:
+            if recall:
+                # a prefill's end: the first decoded token should see what comes back
+                self.commands.recall(evicted, prm, self.s.recall_wait_ms)
             self.commands.settle([r for r in reqs if r.pages], evicted, prm)
             if self.reserve is not None:
                 self.commands.evicted = evicted
@@ -390,6 +420,19 @@ def _audit_of():
 
 def wrap_update_states(orig):
     def _update_states(self, scheduler_output):
+        eng = ENGINE
+        if eng is not None and eng.tier is not None:
+            # a finished request's block ids, before vLLM forgets them: a retained
+            # session's blocks may still go to the host tier (tier.py)
+            try:
+                fb = eng.mirror.finished_blocks
+                fb.clear()
+                for rid in scheduler_output.finished_req_ids:
+                    st = self.requests.get(rid)
+                    if st is not None and st.block_ids:
+                        fb[rid] = list(st.block_ids[0])
+            except Exception as e:
+                log.failed("keeping finished requests' block ids", e)
         out = orig(self, scheduler_output)
         t = time.perf_counter()
         eng = _engine(self)
@@ -448,11 +491,15 @@ def wrap_sample_tokens(orig):
 
 
 def _report(out, evicted, eng):
-    """The step's evicted pairs and, in pool mode, the worker's last wait onto
-    its ModelRunnerOutput, for the engine core."""
+    """The step's evicted pairs, its restores (the host tier) and, in pool mode,
+    the worker's last wait onto its ModelRunnerOutput, for the engine core."""
     from .scheduler import EVICTED_ATTR
     if evicted:
         setattr(out, EVICTED_ATTR, evicted)
+    if eng.tier is not None:
+        restored = eng.tier.take_restored()
+        if restored:
+            setattr(out, tier.RESTORED_ATTR, restored)
     if eng.pool_state is not None:
         setattr(out, pool.STATE_ATTR, eng.pool_state)
 

@@ -149,12 +149,27 @@ class Checks:
 
     def __init__(self):
         self.fails = []
+        self.counts = {}        # quiet checks: what -> [passed, failed]
 
     def __call__(self, ok, what):
         print("  %-4s %s" % ("ok" if ok else "FAIL", what), flush=True)
         if not ok:
             self.fails.append(what)
         return ok
+
+    def quiet(self, ok, what):
+        """A check made many times (every step): counted, a failure printed at
+        once, the counts by `done_quiet`."""
+        c = self.counts.setdefault(what, [0, 0])
+        c[0 if ok else 1] += 1
+        if not ok and c[1] == 1:
+            self(False, what + " (first failure)")
+        return ok
+
+    def done_quiet(self):
+        for what, (good, bad) in self.counts.items():
+            self(bad == 0 and good > 0, "%s: %d of %d times" % (what, good, good + bad))
+        self.counts = {}
 
     def verdict(self, name, work=None, logs=()):
         if self.fails and work:
