@@ -182,6 +182,7 @@ def run_row(row, a, work, daemon, tok):
         sampler.stop.set()
         sampler.join()
         preempt = harness.metric(url, "vllm:num_preemptions_total")
+        tier = tier_stats(daemon) if row.endswith("-tier") else None
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
@@ -202,7 +203,23 @@ def run_row(row, a, work, daemon, tok):
                                  "max": round(max(used), 1) if used else None,
                                  "samples": len(used)},
             "session_counters": counters, "pool_counters": pool_counters,
-            "evicted_blocks": evicted}
+            "evicted_blocks": evicted, "tier": tier}
+
+
+TIER_KEYS = ("tier_pages", "tier_bytes", "tier_budget_pages", "tier_in", "tier_drops",
+             "estimates", "restores", "recalls", "restores_refused", "recall_hits",
+             "tier_bytes_moved")
+
+
+def tier_stats(daemon):
+    """The host tier's counters of the row's engine (the last one attached) from
+    memdecayd's stats: pages and bytes held at the end, pages in, restores,
+    recall hits and bytes moved."""
+    engines = json.loads(daemon.ctl("stats", "--json").stdout).get("engines") or []
+    if not engines:
+        return None
+    e = engines[-1]             # attach order
+    return {k: e.get(k) for k in TIER_KEYS}
 
 
 def summarise(r, a):
