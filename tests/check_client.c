@@ -329,6 +329,7 @@ START_TEST(test_commands)
 	ck_assert_uint_eq(ev[0].slot, s1);
 	ck_assert_uint_eq(ev[0].gen, g1);
 	ck_assert_uint_eq(ev[0].reason, MD_EVICT_ENGINE_BUDGET);
+	ck_assert_uint_eq(ev[0].type, MD_CMD_EVICT);   /* 1.4: the command's type */
 	struct md_client_counters cc;
 	md_client_counters(c, &cc);
 	ck_assert_uint_eq(cc.cmds_stale, 3);

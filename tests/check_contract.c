@@ -8,7 +8,10 @@
  * options (mirror, segment entry, record, -ENOTSUP, reset, republish on
  * reattach; the session words sent to 1.3 only), commands through a
  * callback, every md_settle outcome, and md_client_maintain reattaching after
- * a daemon restart.
+ * a daemon restart.  The host tier (ABI 1.4, docs/tier.md) against the fake's
+ * 1.4 form: HELLO's tier fields, an evict kept in the tier, restores and drops
+ * applied and refused, estimates, the tier at a sequence's end and at
+ * reattach, a 1.3 daemon (no tier) and md_settle_recall.
  */
 #include <check.h>
 #include "test_util.h"
@@ -115,6 +118,83 @@ static int engine_apply(void *ctx, const struct md_evict *ev)
 		ck_assert_int_eq(md_page_free(e->c, ev->slot, MD_FREE_EVICTED), 0);
 		return 1;
 	}
+}
+
+/* ---- the engine's callback with a host tier (1.4): what it answers per
+ * command type, and what it was handed ---- */
+struct tier_engine {
+	md_client *c;
+	int evict_rc, restore_rc, drop_rc;  /* apply's answer to each type */
+	int report_drop;                    /* 1: reports a drop itself (md_page_free) */
+	int calls;
+	struct md_evict last;
+};
+
+static int tier_apply(void *ctx, const struct md_evict *ev)
+{
+	struct tier_engine *e = ctx;
+	e->calls++;
+	e->last = *ev;
+	switch (ev->type) {
+	case MD_CMD_EVICT:
+		return e->evict_rc;
+	case MD_CMD_RESTORE:
+		return e->restore_rc;
+	case MD_CMD_DROP:
+		if (e->drop_rc == 1 && e->report_drop)
+			ck_assert_int_eq(md_page_free(e->c, ev->slot, MD_FREE_DROPPED), 0);
+		return e->drop_rc;
+	default:
+		ck_abort_msg("command type %u handed to apply", ev->type);
+		return -1;
+	}
+}
+
+static md_client *attach_tier(struct fake *f, int abi, uint64_t tier_pages)
+{
+	struct md_client_config cfg;
+	cfg_for(&cfg, f->path);
+	cfg.tier_pages = tier_pages;
+	cfg.page_bytes = 4096;
+	return fake_attach(f, &contract_fake, abi, &cfg);
+}
+
+/* The daemon grants a tier budget (the parameter block, under its seqlock). */
+static void grant_tier(struct fake *f, uint64_t pages)
+{
+	f->params->seq++;
+	f->params->budget_tier_pages = pages;
+	f->params->seq++;
+}
+
+static void tier_cmd(struct fake *f, md_client *c, uint16_t type, uint32_t slot)
+{
+	struct md_page_entry e;
+	ck_assert_int_eq(md_page_info(c, slot, &e), 0);
+	uint16_t reason = type == MD_CMD_RESTORE ? MD_RESTORE_RECALL
+			: type == MD_CMD_DROP ? MD_DROP_TIER_BUDGET : MD_EVICT_ENGINE_BUDGET;
+	fake_command(f, type, reason, e.seq, slot, e.generation, 1);
+}
+
+/* The next record the engine published, which must be of this type. */
+static struct md_stats_rec next_rec(struct fake *f, uint16_t type)
+{
+	struct md_stats_rec r;
+	ck_assert_msg(fake_next(f, &r), "no record, expected type %u", type);
+	ck_assert_uint_eq(r.type, type);
+	return r;
+}
+
+/* An evict the engine kept in its tier: the slot leaves the sequence's
+ * resident pages for its tier pages, with a PAGE_TIER IN record. */
+static void to_tier(struct fake *f, md_client *c, struct tier_engine *en, uint32_t slot)
+{
+	en->evict_rc = 2;
+	tier_cmd(f, c, MD_CMD_EVICT, slot);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, en), 1);
+	struct md_stats_rec r = next_rec(f, MD_REC_PAGE_TIER);
+	ck_assert_uint_eq(r.slot, slot);
+	ck_assert_uint_eq(r.u.tier.event, MD_TIER_IN);
 }
 
 /* ---- tests ---- */
@@ -826,6 +906,520 @@ START_TEST(test_contract_no_allocation)
 }
 END_TEST
 
+/* ---- the host tier (ABI 1.4) ---- */
+
+START_TEST(test_tier_hello)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	ck_assert_ptr_nonnull(strstr(f.hello, "HELLO abi=1.4 "));
+	ck_assert_ptr_nonnull(strstr(f.hello, " tier_pages=8 page_bytes=4096\n"));
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	/* no tier asked for: no tier fields */
+	c = attach_tier(&f, FAKE_ABI_14, 0);
+	ck_assert_ptr_null(strstr(f.hello, "tier_pages"));
+	ck_assert_ptr_null(strstr(f.hello, "page_bytes"));
+	grant_tier(&f, 8);   /* whatever the block says, the engine offered none */
+	ck_assert_uint_eq(md_client_tier_budget(c), 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+
+	/* a tier page keeps its slot: the tier cannot outgrow the table */
+	struct md_client_config cfg;
+	cfg_for(&cfg, "/nonexistent/memdecay.sock");
+	cfg.tier_pages = cfg.page_capacity + 1;
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg.tier_pages = cfg.page_capacity;
+	cfg.page_bytes = (uint64_t)UINT32_MAX + 1;
+	ck_assert_int_eq(md_client_create(&cfg, &c), -EINVAL);
+	cfg.page_bytes = UINT32_MAX;
+	ck_assert_int_eq(md_client_create(&cfg, &c), 0);
+	ck_assert_uint_eq(md_client_tier_budget(c), 0);   /* detached, never read */
+	md_client_destroy(c);
+}
+END_TEST
+
+/* An evict kept in the tier, restores refused and applied, drops kept and
+ * applied: each with its record, page-table state and mirror lists. */
+START_TEST(test_tier_commands)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	struct tier_engine en = { .c = c };
+	uint32_t s[4], got[8];
+	ck_assert_uint_eq(md_client_tier_budget(c), 0);   /* not granted yet */
+	grant_tier(&f, 6);
+	ck_assert_uint_eq(md_client_tier_budget(c), 6);
+	open_pages(c, 0, 4, 0, s);
+	fake_drain(&f);
+
+	/* evict, kept in the tier (apply returned 2) */
+	to_tier(&f, c, &en, s[1]);
+	ck_assert_uint_eq(en.last.type, MD_CMD_EVICT);
+	ck_assert(!fake_next(&f, &(struct md_stats_rec){ 0 }));   /* no PAGE_FREE */
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_TIER);
+	ck_assert_uint_eq(pt[s[1]].version % 2, 0);
+	ck_assert_uint_eq(pt[s[1]].first_pos, 16);
+	struct md_page_entry pe;
+	md_page_info(c, s[1], &pe);
+	ck_assert_uint_eq(pe.state, MD_PAGE_TIER);
+	ck_assert_uint_eq(pe.seq, 0);
+	ck_assert_uint_eq(md_client_live_pages(c), 3);
+	ck_assert_uint_eq(md_client_tier_pages(c), 1);
+	ck_assert_int_eq(md_seq_pages(c, 0, got, 8), 3);
+	ck_assert_uint_eq(md_seq_live_tokens(c, 0), 48);
+	ck_assert_int_eq(md_seq_tier_pages(c, 0, got, 8), 1);
+	ck_assert_uint_eq(got[0], s[1]);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_applied, 1);
+	ck_assert_uint_eq(f.ectrl->cmds_applied, 1);
+	/* a tier page gets no real attention, and no second evict */
+	ck_assert_int_eq(md_attn_page(c, s[1], 0.5f, 0), MD_ESTALE);
+	tier_cmd(&f, c, MD_CMD_EVICT, s[1]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_stale, 1);
+
+	/* restore refused (no device block): REFUSED, still in the tier */
+	en.calls = 0;
+	en.restore_rc = 0;
+	tier_cmd(&f, c, MD_CMD_RESTORE, s[1]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+	ck_assert_int_eq(en.calls, 1);
+	ck_assert_uint_eq(en.last.type, MD_CMD_RESTORE);
+	ck_assert_uint_eq(en.last.reason, MD_RESTORE_RECALL);
+	struct md_stats_rec r = next_rec(&f, MD_REC_PAGE_TIER);
+	ck_assert_uint_eq(r.slot, s[1]);
+	ck_assert_uint_eq(r.gen, pe.generation);
+	ck_assert_uint_eq(r.u.tier.event, MD_TIER_REFUSED);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_TIER);
+	ck_assert_uint_eq(md_client_tier_pages(c), 1);
+
+	/* restore applied: RESTORED, live again in its place */
+	en.restore_rc = 1;
+	tier_cmd(&f, c, MD_CMD_RESTORE, s[1]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 1);
+	r = next_rec(&f, MD_REC_PAGE_TIER);
+	ck_assert_uint_eq(r.u.tier.event, MD_TIER_RESTORED);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(md_client_live_pages(c), 4);
+	ck_assert_uint_eq(md_client_tier_pages(c), 0);
+	ck_assert_int_eq(md_seq_pages(c, 0, got, 8), 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(got[i], s[i]);   /* first-position order */
+	ck_assert_uint_eq(md_seq_live_tokens(c, 0), 64);
+	ck_assert_int_eq(md_attn_page(c, s[1], 0.5f, 0), 0);
+	fake_drain(&f);
+	/* a restore for a resident page is stale */
+	tier_cmd(&f, c, MD_CMD_RESTORE, s[1]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+
+	/* drop kept by the engine: nothing published, may come again */
+	to_tier(&f, c, &en, s[2]);
+	en.drop_rc = 0;
+	tier_cmd(&f, c, MD_CMD_DROP, s[2]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+	ck_assert(!fake_next(&f, &r));
+	ck_assert_uint_eq(md_client_tier_pages(c), 1);
+	/* drop applied, the library reports it: PAGE_FREE reason DROPPED */
+	en.drop_rc = 1;
+	tier_cmd(&f, c, MD_CMD_DROP, s[2]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 1);
+	ck_assert_uint_eq(en.last.reason, MD_DROP_TIER_BUDGET);
+	r = next_rec(&f, MD_REC_PAGE_FREE);
+	ck_assert_uint_eq(r.slot, s[2]);
+	ck_assert_uint_eq(r.u.free.reason, MD_FREE_DROPPED);
+	ck_assert(!fake_next(&f, &r));
+	ck_assert_uint_eq(pt[s[2]].state, MD_PAGE_FREE);
+	md_page_info(c, s[2], &pe);
+	ck_assert_uint_eq(pe.state, MD_PAGE_FREE);
+	ck_assert_uint_eq(md_client_tier_pages(c), 0);
+	ck_assert_int_eq(md_seq_tier_pages(c, 0, got, 8), 0);
+	/* drop applied and reported by the engine itself: one PAGE_FREE */
+	to_tier(&f, c, &en, s[3]);
+	en.report_drop = 1;
+	tier_cmd(&f, c, MD_CMD_DROP, s[3]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 1);
+	r = next_rec(&f, MD_REC_PAGE_FREE);
+	ck_assert_uint_eq(r.u.free.reason, MD_FREE_DROPPED);
+	ck_assert(!fake_next(&f, &r));
+	md_client_counters(c, &cc);
+	/* evict s1, restore s1, evict s2, drop s2, evict s3, drop s3 */
+	ck_assert_uint_eq(cc.cmds_applied, 6);
+	ck_assert_uint_eq(f.ectrl->cmds_applied, 6);
+
+	/* drops and restores name tier pages; an unknown type is no command */
+	uint64_t proto = md_client_proto_errors(c);
+	tier_cmd(&f, c, MD_CMD_DROP, s[0]);
+	fake_command(&f, MD_CMD_TYPE_COUNT, 0, 0, s[0], 1, 1);
+	fake_command(&f, MD_CMD_NONE, 0, 0, s[0], 1, 1);
+	en.calls = 0;
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+	ck_assert_int_eq(en.calls, 0);
+	ck_assert_uint_eq(md_client_proto_errors(c), proto + 2);
+	ck_assert_uint_eq(md_client_live_pages(c), 2);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* Estimates go to tier pages only, flagged; the batch's rules hold. */
+START_TEST(test_tier_estimates)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	struct tier_engine en = { .c = c };
+	grant_tier(&f, 8);
+	uint32_t s[4];
+	open_pages(c, 1, 4, 0, s);
+	fake_drain(&f);
+	to_tier(&f, c, &en, s[0]);
+	to_tier(&f, c, &en, s[2]);
+
+	uint32_t slots[3] = { s[0], s[1], s[2] };
+	float mass[3] = { 0.25f, 0.5f, 0.75f };
+	uint16_t refresh[3] = { 0xffff, 0xffff, 0x0003 };
+	struct md_batch_result res;
+	ck_assert_int_eq(md_publish_estimates(c, slots, mass, refresh, 3, &res), 0);
+	ck_assert_uint_eq(res.published, 2);
+	ck_assert_uint_eq(res.skipped, 1);   /* s[1] is resident */
+	ck_assert_uint_eq(res.steps, 0);
+	struct md_stats_rec r = next_rec(&f, MD_REC_ATTN_PAGE);
+	ck_assert_uint_eq(r.slot, s[0]);
+	ck_assert_uint_eq(r.flags, MD_REC_F_ESTIMATE);
+	ck_assert(r.u.attn_page.mass == 0.25f);
+	ck_assert_uint_eq(r.u.attn_page.refresh, 0xffff);
+	r = next_rec(&f, MD_REC_ATTN_PAGE);
+	ck_assert_uint_eq(r.slot, s[2]);
+	ck_assert_uint_eq(r.flags, MD_REC_F_ESTIMATE);
+	ck_assert_uint_eq(r.u.attn_page.refresh, 0x0003);
+	ck_assert(!fake_next(&f, &r));
+
+	/* real attention skips tier pages and carries no flag */
+	ck_assert_int_eq(md_publish_batch(c, NULL, NULL, 0, slots, mass, NULL, 3, &res), 0);
+	ck_assert_uint_eq(res.published, 1);
+	ck_assert_uint_eq(res.skipped, 2);
+	r = next_rec(&f, MD_REC_ATTN_PAGE);
+	ck_assert_uint_eq(r.slot, s[1]);
+	ck_assert_uint_eq(r.flags, 0);
+
+	/* bad input changes nothing */
+	float bad[3] = { 0.25f, -1.0f, 0.5f };
+	ck_assert_int_eq(md_publish_estimates(c, slots, bad, NULL, 3, &res), -EINVAL);
+	uint32_t far[1] = { 64 };
+	ck_assert_int_eq(md_publish_estimates(c, far, mass, NULL, 1, &res), -EINVAL);
+	ck_assert_int_eq(md_publish_estimates(c, NULL, mass, NULL, 1, &res), -EINVAL);
+	ck_assert(!fake_next(&f, &r));
+	ck_assert_int_eq(md_publish_estimates(c, NULL, NULL, NULL, 0, NULL), 0);
+
+	/* overload: the estimates are dropped whole (3/4 of the 64-record ring) */
+	for (int i = 0; i < 47; i++)
+		ck_assert_int_eq(md_seq_step(c, 2, 1), 0);
+	struct md_client_counters cc0, cc1;
+	md_client_counters(c, &cc0);
+	ck_assert_int_eq(md_publish_estimates(c, slots, mass, NULL, 3, &res), MD_EFULL);
+	ck_assert_uint_eq(res.dropped, 2);
+	ck_assert_uint_eq(res.published, 0);
+	md_client_counters(c, &cc1);
+	ck_assert_uint_eq(cc1.attn_dropped, cc0.attn_dropped + 2);
+	fake_drain(&f);
+
+	/* detached: nothing published */
+	md_client_detach(c);
+	ck_assert_int_eq(md_publish_estimates(c, slots, mass, NULL, 3, &res), MD_EDETACHED);
+	ck_assert_uint_eq(res.published, 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* The engine frees tier pages itself (its own limit) and at a sequence's end. */
+START_TEST(test_tier_free_and_seq_end)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	struct tier_engine en = { .c = c };
+	grant_tier(&f, 8);
+	uint32_t s[4];
+	open_pages(c, 1, 4, 0, s);
+	fake_drain(&f);
+	to_tier(&f, c, &en, s[0]);
+	to_tier(&f, c, &en, s[1]);
+	to_tier(&f, c, &en, s[2]);
+
+	/* a resident page has no host copy; a tier page was evicted already */
+	ck_assert_int_eq(md_page_free(c, s[3], MD_FREE_DROPPED), -EINVAL);
+	ck_assert_int_eq(md_page_free(c, s[0], MD_FREE_EVICTED), -EINVAL);
+	ck_assert_int_eq(md_page_free(c, s[0], MD_FREE_DROPPED + 1), -EINVAL);
+	/* the engine's own limit */
+	ck_assert_int_eq(md_page_free(c, s[0], MD_FREE_DROPPED), 0);
+	struct md_stats_rec r = next_rec(&f, MD_REC_PAGE_FREE);
+	ck_assert_uint_eq(r.slot, s[0]);
+	ck_assert_uint_eq(r.u.free.reason, MD_FREE_DROPPED);
+	ck_assert_int_eq(md_page_free(c, s[0], MD_FREE_DROPPED), MD_ESTALE);
+	ck_assert_uint_eq(md_client_tier_pages(c), 2);
+	struct md_client_counters cc;
+	md_client_counters(c, &cc);
+	ck_assert_uint_eq(cc.cmds_applied, 3);   /* the three evicts, not this drop */
+
+	/* the end: resident and tier pages each get a PAGE_FREE, before SEQ_END */
+	ck_assert_int_eq(md_seq_end(c, 1), 0);
+	int frees = 0, ends = 0;
+	uint8_t freed[64] = { 0 };
+	while (fake_next(&f, &r)) {
+		if (r.type == MD_REC_PAGE_FREE) {
+			frees++;
+			freed[r.slot]++;
+			ck_assert_uint_eq(r.u.free.reason, MD_FREE_FINISHED);
+		} else if (r.type == MD_REC_SEQ_END) {
+			ends++;
+			ck_assert_int_eq(frees, 3);
+		}
+	}
+	ck_assert_int_eq(ends, 1);
+	ck_assert(freed[s[1]] == 1 && freed[s[2]] == 1 && freed[s[3]] == 1);
+	ck_assert_uint_eq(md_client_tier_pages(c), 0);
+	ck_assert_uint_eq(md_client_live_pages(c), 0);
+	uint32_t got[4];
+	ck_assert_int_eq(md_seq_tier_pages(c, 1, got, 4), 0);
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(pt[s[i]].state, MD_PAGE_FREE);
+	/* every slot is free again */
+	uint32_t t[64];
+	open_pages(c, 2, 64, 0, t);
+	ck_assert_uint_eq(md_client_live_pages(c), 64);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* A 1.4 engine on a 1.3 daemon: no tier.  An evict "kept in the tier" is
+ * -ENOTSUP and the page stays live; restore and drop are not commands. */
+START_TEST(test_tier_older_daemon)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_13, 8);
+	ck_assert_ptr_nonnull(strstr(f.hello, " tier_pages=8"));   /* it skips the key */
+	grant_tier(&f, 8);   /* a reserved word in 1.3: not read */
+	ck_assert_uint_eq(md_client_tier_budget(c), 0);
+	struct tier_engine en = { .c = c, .evict_rc = 2 };
+	uint32_t s[3];
+	open_pages(c, 0, 3, 0, s);
+	fake_drain(&f);
+	tier_cmd(&f, c, MD_CMD_EVICT, s[0]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), -ENOTSUP);
+	struct md_page_entry pe;
+	md_page_info(c, s[0], &pe);
+	ck_assert_uint_eq(pe.state, MD_PAGE_LIVE);
+	ck_assert_uint_eq(md_client_tier_pages(c), 0);
+	struct md_stats_rec r;
+	ck_assert(!fake_next(&f, &r));
+	/* the engine frees it instead: as ever */
+	en.evict_rc = 1;
+	tier_cmd(&f, c, MD_CMD_EVICT, s[0]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 1);
+	r = next_rec(&f, MD_REC_PAGE_FREE);
+	ck_assert_uint_eq(r.u.free.reason, MD_FREE_EVICTED);
+	/* restore and drop from a daemon without a tier: protocol errors */
+	uint64_t proto = md_client_proto_errors(c);
+	fake_command(&f, MD_CMD_RESTORE, MD_RESTORE_RECALL, 0, s[1], 1, 1);
+	fake_command(&f, MD_CMD_DROP, MD_DROP_TIER_BUDGET, 0, s[1], 1, 1);
+	en.calls = 0;
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 0);
+	ck_assert_int_eq(en.calls, 0);
+	ck_assert_uint_eq(md_client_proto_errors(c), proto + 2);
+	/* no estimates for it either */
+	struct md_batch_result res;
+	float m = 1.0f;
+	ck_assert_int_eq(md_publish_estimates(c, &s[1], &m, NULL, 1, &res), 0);
+	ck_assert_uint_eq(res.published, 0);
+	ck_assert(!fake_next(&f, &r));
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* A reattach gives a 1.4 daemon the tier pages in the page table (the
+ * daemon's resync reads MD_PAGE_TIER entries); a 1.3 daemon sees them free,
+ * and their release is not published to it. */
+START_TEST(test_tier_reattach)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	struct tier_engine en = { .c = c };
+	grant_tier(&f, 8);
+	uint32_t s[3];
+	open_pages(c, 0, 3, 0, s);
+	fake_drain(&f);
+	to_tier(&f, c, &en, s[0]);
+	to_tier(&f, c, &en, s[1]);
+	ck_assert_int_eq(md_page_free(c, s[2], MD_FREE_FINISHED), 0);
+	uint32_t s3, g3;
+	md_page_open(c, 1, 0, 16, 0, &s3, &g3);   /* only resident page: seq 1 */
+	char dir[64];
+	snprintf(dir, sizeof(dir), "%s", f.dir);
+	fake_kill(&f);
+	md_client_detach(c);
+
+	fake_start_at(&f, &contract_fake, FK_OK, FAKE_ABI_14, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	fake_join(&f);
+	const struct md_page_entry *pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s[0]].state, MD_PAGE_TIER);
+	ck_assert_uint_eq(pt[s[0]].first_pos, 0);
+	ck_assert_uint_eq(pt[s[0]].n_tokens, 16);
+	ck_assert_uint_eq(pt[s[0]].version % 2, 0);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_TIER);
+	ck_assert_uint_eq(pt[s[1]].first_pos, 16);
+	ck_assert_uint_eq(pt[s3].state, MD_PAGE_LIVE);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+	/* restores and drops of the new daemon apply to them */
+	grant_tier(&f, 8);
+	en.restore_rc = 1;
+	tier_cmd(&f, c, MD_CMD_RESTORE, s[0]);
+	ck_assert_int_eq(md_apply_commands(c, tier_apply, &en), 1);
+	ck_assert_uint_eq(pt[s[0]].state, MD_PAGE_LIVE);
+	fake_drain(&f);
+
+	/* tier pages alone also ask for a resync */
+	md_page_free(c, s[0], MD_FREE_FINISHED);
+	md_page_free(c, s3, MD_FREE_FINISHED);
+	fake_kill(&f);
+	md_client_detach(c);
+	fake_start_at(&f, &contract_fake, FK_OK, FAKE_ABI_14, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	fake_join(&f);
+	pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_TIER);
+	ck_assert_uint_ge(f.ectrl->resync_request, 1);
+
+	/* a 1.3 daemon: the tier page is free in its table */
+	fake_kill(&f);
+	md_client_detach(c);
+	fake_start_at(&f, &contract_fake, FK_OK, FAKE_ABI_13, dir);
+	ck_assert_int_eq(md_client_reattach(c), 0);
+	fake_join(&f);
+	pt = (void *)(f.eseg + f.eo.page_table);
+	ck_assert_uint_eq(pt[s[1]].state, MD_PAGE_FREE);
+	ck_assert_uint_eq(md_client_tier_pages(c), 1);   /* the engine still holds it */
+	ck_assert_uint_eq(md_client_tier_budget(c), 0);
+	fake_drain(&f);
+	ck_assert_int_eq(md_page_free(c, s[1], MD_FREE_DROPPED), 0);
+	struct md_stats_rec r;
+	ck_assert(!fake_next(&f, &r));   /* nothing it could place */
+	ck_assert_uint_eq(md_client_tier_pages(c), 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/* The daemon consumes the records after delay_ms, then sleeps or sends a
+ * restore for one slot. */
+struct consumer {
+	struct fake *f;
+	int delay_ms;
+	int sleep_after;          /* 1: declare itself asleep once drained */
+	uint32_t restore_slot, restore_gen, restore_seq;
+	int restore;
+};
+
+static void *consumer_run(void *arg)
+{
+	struct consumer *k = arg;
+	struct timespec ts = { 0, (long)k->delay_ms * 1000000L };
+	nanosleep(&ts, NULL);
+	fake_drain(k->f);
+	if (k->restore)
+		fake_command(k->f, MD_CMD_RESTORE, MD_RESTORE_RECALL, k->restore_seq,
+			     k->restore_slot, k->restore_gen, 1);
+	if (k->sleep_after)
+		md_store_release(&k->f->dctrl->sleeping, 1);
+	return NULL;
+}
+
+START_TEST(test_settle_recall)
+{
+	struct fake f;
+	md_client *c = attach_tier(&f, FAKE_ABI_14, 8);
+	struct tier_engine en = { .c = c, .restore_rc = 1 };
+	struct md_settle_result res;
+	grant_tier(&f, 8);
+	uint32_t s[3];
+	open_pages(c, 0, 3, 0, s);
+	fake_drain(&f);
+	to_tier(&f, c, &en, s[0]);
+
+	/* everything consumed and the daemon asleep: no wait */
+	md_store_release(&f.dctrl->sleeping, 1);
+	ck_assert_int_eq(md_settle_recall(c, 1000, tier_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 0);
+	md_store_release(&f.dctrl->sleeping, 0);
+
+	/* the estimate is never consumed: a bounded wait, fail-open */
+	float m = 2.0f;
+	ck_assert_int_eq(md_publish_estimates(c, &s[0], &m, NULL, 1, NULL), 0);
+	ck_assert_int_eq(md_settle_recall(c, 40, tier_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_TIMEOUT);
+	ck_assert_uint_eq(res.waited, 1);
+	ck_assert_uint_ge(res.wait_ns, 40000000ull);
+	ck_assert_uint_eq(res.applied, 0);
+
+	/* consumed after 20 ms with a restore: applied, then OK */
+	struct md_page_entry pe;
+	md_page_info(c, s[0], &pe);
+	struct consumer k = { .f = &f, .delay_ms = 20, .restore = 1, .restore_slot = s[0],
+			      .restore_gen = pe.generation, .restore_seq = 0 };
+	pthread_t th;
+	pthread_create(&th, NULL, consumer_run, &k);
+	ck_assert_int_eq(md_settle_recall(c, 2000, tier_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.applied, 1);
+	ck_assert_uint_ge(res.wait_ns, 20000000ull);
+	ck_assert_uint_lt(res.wait_ns, 1000000000ull);
+	md_page_info(c, s[0], &pe);
+	ck_assert_uint_eq(pe.state, MD_PAGE_LIVE);
+	struct md_stats_rec r = next_rec(&f, MD_REC_PAGE_TIER);
+	ck_assert_uint_eq(r.u.tier.event, MD_TIER_RESTORED);
+
+	/* consumed, nothing to recall, the daemon still awake: OK after the
+	 * quiet period */
+	to_tier(&f, c, &en, s[1]);
+	ck_assert_int_eq(md_publish_estimates(c, &s[1], &m, NULL, 1, NULL), 0);
+	struct consumer k2 = { .f = &f, .delay_ms = 10 };
+	pthread_create(&th, NULL, consumer_run, &k2);
+	ck_assert_int_eq(md_settle_recall(c, 2000, tier_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.applied, 0);
+	ck_assert_uint_ge(res.wait_ns, 10000000ull);
+	ck_assert_uint_lt(res.wait_ns, 1000000000ull);
+
+	/* consumed, then asleep */
+	ck_assert_int_eq(md_publish_estimates(c, &s[1], &m, NULL, 1, NULL), 0);
+	struct consumer k3 = { .f = &f, .delay_ms = 10, .sleep_after = 1 };
+	pthread_create(&th, NULL, consumer_run, &k3);
+	ck_assert_int_eq(md_settle_recall(c, 2000, tier_apply, &en, &res), 0);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_OK);
+	ck_assert_uint_eq(res.waited, 1);
+
+	ck_assert_int_eq(md_settle_recall(c, 10, NULL, &en, &res), -EINVAL);
+	md_client_detach(c);
+	ck_assert_int_eq(md_settle_recall(c, 1000, tier_apply, &en, &res), 0);
+	ck_assert_uint_eq(res.outcome, MD_SETTLE_DETACHED);
+	ck_assert_uint_eq(res.waited, 0);
+	md_client_destroy(c);
+	fake_stop(&f);
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
 	Suite *s = suite_create("contract");
@@ -846,6 +1440,13 @@ static Suite *contract_suite(void)
 	tcase_add_test(tc, test_settle_apply_error);
 	tcase_add_test(tc, test_maintain_reattaches);
 	tcase_add_test(tc, test_contract_no_allocation);
+	tcase_add_test(tc, test_tier_hello);
+	tcase_add_test(tc, test_tier_commands);
+	tcase_add_test(tc, test_tier_estimates);
+	tcase_add_test(tc, test_tier_free_and_seq_end);
+	tcase_add_test(tc, test_tier_older_daemon);
+	tcase_add_test(tc, test_tier_reattach);
+	tcase_add_test(tc, test_settle_recall);
 	suite_add_tcase(s, tc);
 	return s;
 }

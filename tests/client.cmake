@@ -9,7 +9,8 @@ target_link_libraries(check_client PRIVATE memdecay_static)
 # Count allocations made by the library on its hot paths.
 target_link_options(check_client PRIVATE -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc)
 
-# The engine contract (docs/adapters.md) against a fake 1.1 and 1.2 daemon.
+# The engine contract (docs/adapters.md) against a fake 1.1, 1.2, 1.3 and 1.4
+# daemon (1.4: the host tier, docs/tier.md).
 add_executable(check_contract ${CMAKE_CURRENT_LIST_DIR}/check_contract.c)
 target_link_libraries(check_contract PRIVATE memdecay_abi memdecay_static PkgConfig::CHECK
   Threads::Threads)

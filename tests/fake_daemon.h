@@ -4,9 +4,11 @@
  * directory, builds the engine and daemon memfd segments with the ABI layout
  * (1.1, or 1.2 with seq_opts in the engine segment and seq_protect in the
  * daemon segment, or the same layout saying 1.3: a daemon that takes a
- * sequence's session state and tag), seals them as the daemon does and passes them with two
+ * sequence's session state and tag, or 1.4: one that knows the host tier),
+ * seals them as the daemon does and passes them with two
  * doorbell eventfds by SCM_RIGHTS.  The test then reads the stats ring
- * (fake_next, fake_find, fake_drain), writes commands (fake_evict) and sets
+ * (fake_next, fake_find, fake_drain), writes commands (fake_evict,
+ * fake_command) and sets
  * the parameter block and the controls through the fake's own mappings.
  * fake_mode makes it misbehave (bad magic, sizes, offsets, seals, replies)
  * for the attach validation tests.  Each test names its daemon (ids, the ABI
@@ -40,9 +42,10 @@ enum fake_mode {
 };
 
 /* The segments the fake builds: 1.1 (no per-sequence arrays; the minor is
- * the profile's), 1.2 (the arrays) or 1.3 (the same layout: only the minor
- * says that the session words of seq_opts are read). */
-enum fake_abi { FAKE_ABI_11 = 0, FAKE_ABI_12 = 1, FAKE_ABI_13 = 2 };
+ * the profile's), 1.2 (the arrays) or 1.3 and 1.4 (the same layout: only the
+ * minor says that the session words of seq_opts are read, and that the
+ * daemon knows the host tier: budget_tier_pages, restore and drop). */
+enum fake_abi { FAKE_ABI_11 = 0, FAKE_ABI_12 = 1, FAKE_ABI_13 = 2, FAKE_ABI_14 = 3 };
 
 /* Who the fake daemon is; fixed for a test file. */
 struct fake_profile {
@@ -151,7 +154,7 @@ static inline void *fake_serve(void *arg)
 	struct md_segment_header *eh = (void *)f->eseg, *dh = (void *)f->dseg;
 	struct md_segment_header h = {
 		.abi_major = MD_ABI_MAJOR,
-		.abi_minor = f->abi == FAKE_ABI_13 ? 3
+		.abi_minor = f->abi == FAKE_ABI_14 ? 4 : f->abi == FAKE_ABI_13 ? 3
 			   : f->abi == FAKE_ABI_12 ? 2 : f->prof->abi_minor,
 		.header_size = sizeof(struct md_segment_header), .engine_id = f->prof->engine_id,
 		.page_tokens = f->P, .page_capacity = f->cap, .max_seqs = f->seqs,
@@ -297,15 +300,22 @@ static inline void fake_drain(struct fake *f)
 		;
 }
 
+/* The daemon sends a command of any type (1.4: restore, drop). */
+static inline void fake_command(struct fake *f, uint16_t type, uint16_t reason, uint32_t seq,
+				uint32_t slot, uint32_t gen, uint64_t decided_ns)
+{
+	struct md_cmd *m = md_ring_reserve(&f->cmds);
+	ck_assert_ptr_nonnull(m);
+	*m = (struct md_cmd){ .type = type, .reason = reason,
+			      .seq = seq, .slot = slot, .gen = gen, .decided_ns = decided_ns };
+	md_ring_publish(&f->cmds, m);
+}
+
 /* The daemon commands an eviction. */
 static inline void fake_evict(struct fake *f, uint16_t reason, uint32_t seq, uint32_t slot,
 			      uint32_t gen, uint64_t decided_ns)
 {
-	struct md_cmd *m = md_ring_reserve(&f->cmds);
-	ck_assert_ptr_nonnull(m);
-	*m = (struct md_cmd){ .type = MD_CMD_EVICT, .reason = reason,
-			      .seq = seq, .slot = slot, .gen = gen, .decided_ns = decided_ns };
-	md_ring_publish(&f->cmds, m);
+	fake_command(f, MD_CMD_EVICT, reason, seq, slot, gen, decided_ns);
 }
 
 #endif

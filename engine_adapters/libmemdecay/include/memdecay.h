@@ -8,6 +8,11 @@
  * the daemon has declared itself asleep).  Every function returns 0 (or a
  * count) on success and a negative errno or MD_E* code on failure; nothing
  * prints.  One md_client is used by one thread.
+ *
+ * libmemdecay 0.5 (SOVERSION 3) speaks ABI 1.4: the host tier and recall
+ * (docs/tier.md).  struct md_client_config grew (tier_pages, page_bytes) and
+ * struct md_evict grew (type): a program built against an older header must
+ * be rebuilt, which the SOVERSION enforces.
  */
 #ifndef MEMDECAY_H
 #define MEMDECAY_H
@@ -46,6 +51,12 @@ struct md_client_config {
 	int64_t budget_sequence_tokens; /* -1: daemon config */
 	double weight;                /* share of a global budget; 0 = 1.0; the daemon
 	                                 clamps it to budget.max_engine_weight */
+	uint64_t tier_pages;          /* 1.4: pages the engine can keep in its host tier
+	                                 (0: none; at most page_capacity: a tier page
+	                                 keeps its slot).  Grew in SOVERSION 3 */
+	uint64_t page_bytes;          /* 1.4: one page's K/V bytes over all layers, for
+	                                 the daemon's tier byte counts (0: unknown;
+	                                 at most UINT32_MAX) */
 };
 void md_client_config_init(struct md_client_config *cfg);
 
@@ -101,8 +112,10 @@ int md_client_params(md_client *c, struct md_params_view *out);
  * Fail-open: while detached these calls still update the private mirror
  * (md_page_open still fills *slot and *gen) and return MD_EDETACHED; treat
  * that as "done locally, no daemon saw it".  md_seq_end frees every live page
- * of the sequence (one PAGE_FREE each, reason FINISHED), then resets its
- * clock to 0 and publishes SEQ_END; the sequence id may be reused at once. */
+ * and every tier page of the sequence (one PAGE_FREE each, reason FINISHED),
+ * then resets its clock to 0 and publishes SEQ_END; the sequence id may be
+ * reused at once.  md_page_free: reason FINISHED or EVICTED for a live page,
+ * FINISHED or DROPPED for a tier page (1.4), else -EINVAL. */
 int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint32_t n_tokens,
 		 uint64_t labels, uint32_t *slot, uint32_t *gen);
 int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint64_t labels);
@@ -119,18 +132,27 @@ int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint32_t count,
 		   const float *mass);
 
 /* ---- commands ---- */
+/* One command of the daemon.  Without a host tier every command is an evict
+ * (type MD_CMD_EVICT).  Grew in SOVERSION 3 (type). */
 struct md_evict {
-	uint32_t seq, slot, gen, reason;
+	uint32_t seq, slot, gen, reason;  /* reason: enum md_evict_reason */
 	uint64_t decided_ns;
+	uint32_t type;                    /* enum md_cmd_type: EVICT, RESTORE, DROP (1.4) */
+	uint32_t resv;
 };
-/* Copies up to cap pending evict commands whose generation still matches the
- * slot (stale ones are counted and skipped).  The engine frees the pages and
- * reports each with md_page_free(c, slot, MD_FREE_EVICTED). */
+/* Copies up to cap pending commands whose generation still matches the slot
+ * (stale ones are counted and skipped): an evict for a live page, a restore or
+ * drop (1.4) for a page in the host tier.  An unknown type, or a restore or
+ * drop from a daemon older than 1.4, is a protocol error (counted).  The
+ * engine frees an evicted page and reports it with md_page_free(c, slot,
+ * MD_FREE_EVICTED); md_apply_commands is the way to apply the tier's
+ * commands (it keeps the mirror's tier state). */
 int md_poll_commands(md_client *c, struct md_evict *out, size_t cap);
 /* Blocks up to timeout_ms for a command (declares the engine asleep). */
 int md_wait_commands(md_client *c, int timeout_ms);
 
-/* Mirror of a slot as the engine last declared it. */
+/* Mirror of a slot as the engine last declared it (state MD_PAGE_TIER: in
+ * the host tier, 1.4). */
 int md_page_info(const md_client *c, uint32_t slot, struct md_page_entry *out);
 
 struct md_client_counters {
@@ -162,7 +184,8 @@ int md_control(const char *socket_path, const char *request, char *reply, size_t
 /* Records from the daemon that failed validation (torn or malformed commands,
  * bad parameter block). */
 uint64_t md_client_proto_errors(const md_client *c);
-/* Live pages in the mirror. */
+/* Live (resident) pages in the mirror; pages in the host tier are not
+ * counted (md_client_tier_pages). */
 uint32_t md_client_live_pages(const md_client *c);
 int md_client_geometry(const md_client *c, uint32_t *page_tokens, uint32_t *page_capacity,
 		       uint32_t *max_seqs);
@@ -248,16 +271,31 @@ uint64_t md_seq_floor(md_client *c, uint32_t seq);
  * tells a protected page by its rank in md_seq_pages. */
 uint32_t md_seq_protected_pages(md_client *c, uint32_t seq);
 
-/* The engine frees one commanded page: it drops the page from its own cache
- * and reports it with md_page_free(c, ev->slot, MD_FREE_EVICTED).  Return 1
- * when the page left the cache, 0 when the engine kept it (counted as
- * deferred), < 0 to stop. */
+/* The engine applies one command (ev->type):
+ *   MD_CMD_EVICT: it drops the page from its device cache.  Return 1 when the
+ *     page is gone (the engine reports it with md_page_free(c, ev->slot,
+ *     MD_FREE_EVICTED), or the library does), 2 when the engine kept its K/V
+ *     in its host tier (1.4: do not free it; the library publishes PAGE_TIER
+ *     IN and the page's state becomes MD_PAGE_TIER, slot, positions and
+ *     labels kept), 0 when the engine kept the page resident (counted as
+ *     deferred).  2 with no tier (md_client_tier_budget() == 0) is an error:
+ *     md_apply_commands returns -ENOTSUP and the page stays live in the
+ *     mirror, so the engine must bring it back or free it itself.
+ *   MD_CMD_RESTORE (1.4): it copies the tier page back to a device block at
+ *     the page's own positions.  Return 1 when done (the library publishes
+ *     PAGE_TIER RESTORED: the page is live again), 0 when it cannot (no
+ *     device block: the library publishes REFUSED, the page stays in the
+ *     tier).
+ *   MD_CMD_DROP (1.4): it releases the page's host copy.  Return 1 when done
+ *     (the library publishes PAGE_FREE reason MD_FREE_DROPPED and frees the
+ *     slot), 0 when it keeps it (the daemon may command it again).
+ * < 0 stops.  An engine without a tier sees evict commands only. */
 typedef int (*md_apply_fn)(void *ctx, const struct md_evict *ev);
 /* Polls every pending command and hands each current one to apply; returns
- * the pages applied (apply returned 1) or a negative error from apply (the
- * commands after it stay queued).  A page apply freed without reporting it is
- * reported by the library; a page apply kept may be commanded again.
- * Detached: 0. */
+ * the commands applied (apply returned 1, or 2 for an evict) or a negative
+ * error from apply (the commands after it stay queued).  A page apply freed
+ * without reporting it is reported by the library; a page apply kept may be
+ * commanded again.  Detached: 0. */
 int md_apply_commands(md_client *c, md_apply_fn apply, void *ctx);
 
 /* Over-budget wait.  Before a step that appends n_next[i] tokens to seqs[i],
@@ -297,6 +335,56 @@ int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_next, uint32
  * help.  Returns at once when the engine has no page budget. */
 int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t slack_pages,
 		     int timeout_ms, md_apply_fn apply, void *ctx,
+		     struct md_settle_result *res);
+
+/* ---- the host tier and recall (ABI 1.4, libmemdecay 0.5; docs/tier.md) ----
+ * An engine that keeps evicted pages' K/V in host memory says how many pages
+ * it can keep (md_client_config.tier_pages) and returns 2 from its apply
+ * callback for an evict it kept there.  Such a page is in the tier: its slot
+ * stays allocated with its sequence, positions and labels, it is not resident
+ * (md_seq_pages, md_seq_live_tokens, md_client_live_pages and the settle
+ * waits leave it out) and gets no real attention (md_attn_page: MD_ESTALE).
+ * memdecayd decides which tier pages come back (MD_CMD_RESTORE) and which
+ * leave the tier (MD_CMD_DROP), applied through the same callback.
+ * md_page_free works on a tier page (the engine's own limit: reason
+ * MD_FREE_DROPPED; FINISHED too), md_seq_end frees a sequence's tier pages as
+ * well (one PAGE_FREE each), and a reattach or resync gives the daemon the
+ * tier pages through the page table (state MD_PAGE_TIER).
+ * A 1.3 daemon has no tier: md_client_tier_budget() is 0 and tier pages kept
+ * from an earlier daemon are not shown to it (free them). */
+
+/* The pages this engine may hold in its tier: the parameter block's
+ * budget_tier_pages (0: no tier; always 0 without tier_pages in the config or
+ * against a daemon older than 1.4).  Detached: the last value read. */
+uint64_t md_client_tier_budget(md_client *c);
+/* Pages in the tier now (the mirror's). */
+uint32_t md_client_tier_pages(const md_client *c);
+/* A sequence's tier pages, first position ascending; returns the count and
+ * fills at most cap slots (as md_seq_pages for the resident ones). */
+int md_seq_tier_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_t cap);
+/* The engine's estimate of the attention the current queries would give its
+ * tier pages (from a key digest it keeps): one ATTN_PAGE record flagged
+ * MD_REC_F_ESTIMATE per tier slot of slots[0..n) with mass[i] and refresh[i]
+ * (NULL: none; masked to the page's tokens).  A slot that is not in the tier
+ * is skipped (`skipped`).  Validation, all-or-nothing and overload as
+ * md_publish_batch (with no steps): -EINVAL changes nothing; beyond 3/4 of the
+ * ring every record is dropped (attn_dropped, MD_EFULL).  Detached:
+ * MD_EDETACHED.  res may be NULL. */
+int md_publish_estimates(md_client *c, const uint32_t *slots, const float *mass,
+			 const uint16_t *refresh, uint32_t n, struct md_batch_result *res);
+/* The bounded wait at the end of a turn's prefill, after its estimates are
+ * published: applies commands through apply (restores among them) until the
+ * daemon has consumed every record published before the call and decided on
+ * them, for at most timeout_ms.  The daemon has decided once its stats head
+ * is at or past those records and either it declares itself asleep (it does
+ * only with no work left) or 5 ms have passed since then and since the last
+ * command applied (it decides in the pass that drains the ring, so a turn
+ * that recalls nothing costs that quiet period).  Outcomes: MD_SETTLE_OK,
+ * MD_SETTLE_TIMEOUT (fail-open: go on without the recall),
+ * MD_SETTLE_DETACHED.  res->applied counts the commands applied.  -ENOTSUP
+ * with the CUDA stats transport (its head is on the device), -EINVAL without
+ * apply. */
+int md_settle_recall(md_client *c, int timeout_ms, md_apply_fn apply, void *ctx,
 		     struct md_settle_result *res);
 
 /* Call at every step boundary: checks the daemon (md_client_check), and when

@@ -407,6 +407,13 @@ static int format_hello(const struct md_client *c, char *buf, size_t len)
 	h.stats_transport = c->stats_cuda;
 	if (c->stats_cuda)
 		h.given |= 1u << MD__HF_STATS_TRANSPORT;
+	/* 1.4: a daemon of an older minor skips keys it does not know, and its
+	 * parameter block then grants no tier (md_client_tier_budget: 0). */
+	if (c->tier_capacity) {
+		h.tier_pages = c->tier_capacity;
+		h.page_bytes = c->page_bytes;
+		h.given |= 1u << MD__HF_TIER_PAGES | 1u << MD__HF_PAGE_BYTES;
+	}
 	int n = md__hello_format(&h, buf, len);
 	return n < 0 ? -ENAMETOOLONG : n;
 }

@@ -26,6 +26,7 @@
 
 #define MD__SOCK_CHECK_NS (100u * 1000000u)
 #define MD__EXPORT __attribute__((visibility("default")))
+#define MD__STATE_NONE 0xffu   /* a page state no slot is in */
 
 /* ---- errors ---- */
 
@@ -86,6 +87,12 @@ static void set_default_params(struct md_params_view *v)
 
 /* ---- page table writes (seqlock on the entry's version word) ---- */
 
+/* 1: the attached daemon knows the host tier (ABI 1.4). */
+int md__daemon_has_tier(const struct md_client *c)
+{
+	return c->attached && c->a.g.abi_minor >= 4;
+}
+
 static void pt_write(struct md_client *c, uint32_t slot)
 {
 	struct md_page_entry *m = &c->mirror[slot];
@@ -94,12 +101,17 @@ static void pt_write(struct md_client *c, uint32_t slot)
 	if (!c->attached)
 		return;
 	struct md_page_entry *e = &c->a.ptab[slot];
+	/* A daemon older than 1.4 has no word for a tier page: to it the slot
+	 * is free (it never saw the page, or saw it evicted). */
+	uint8_t state = m->state;
+	if (state == MD_PAGE_TIER && !md__daemon_has_tier(c))
+		state = MD_PAGE_FREE;
 	md_store_relaxed(&e->version, v + 1);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	md_store_relaxed(&e->generation, m->generation);
 	md_store_relaxed(&e->seq, m->seq);
 	md_store_relaxed(&e->n_tokens, m->n_tokens);
-	md_store_relaxed(&e->state, m->state);
+	md_store_relaxed(&e->state, state);
 	md_store_relaxed(&e->first_pos, m->first_pos);
 	md_store_relaxed(&e->labels, m->labels);
 	md_store_relaxed(&e->open_clock, m->open_clock);
@@ -226,11 +238,14 @@ static void seed_segment(struct md_client *c)
 {
 	/* Fill the new page table and clocks from the mirror, then tell the
 	 * daemon to rebuild from them if there is anything to rebuild. */
-	int any = 0;
+	int any = 0, tier = md__daemon_has_tier(c);
 	for (uint32_t s = 0; s < c->page_capacity; s++) {
-		if (c->mirror[s].state == MD_PAGE_LIVE || c->mirror[s].generation) {
+		uint8_t st = c->mirror[s].state;
+		if (st != MD_PAGE_FREE || c->mirror[s].generation) {
 			pt_write(c, s);
-			any |= c->mirror[s].state == MD_PAGE_LIVE;
+			/* tier pages too: the daemon's resync reads them as
+			 * MD_PAGE_TIER entries and rebuilds its tier */
+			any |= st == MD_PAGE_LIVE || (st == MD_PAGE_TIER && tier);
 		}
 	}
 	for (uint32_t q = 0; q < c->max_seqs; q++) {
@@ -288,6 +303,8 @@ MD__EXPORT void md_client_destroy(md_client *c)
 	free(c->slot_prev);
 	free(c->seq_head);
 	free(c->seq_tail);
+	free(c->tier_head);
+	free(c->tier_tail);
 	free(c->seq_tokens);
 	free(c->clock);
 	md__seq_state_free(c);
@@ -303,8 +320,9 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	if (P > MD_PAGE_TOKENS_MAX || cfg->page_capacity == 0 ||
 	    cfg->page_capacity > MD_PAGE_CAPACITY_MAX || cfg->max_seqs == 0 ||
 	    cfg->max_seqs > MD_MAX_SEQS_MAX || (cfg->tp_size && cfg->tp_rank >= cfg->tp_size) ||
-	    !(cfg->weight >= 0) || isinf(cfg->weight))
-		return -EINVAL;
+	    !(cfg->weight >= 0) || isinf(cfg->weight) ||
+	    cfg->tier_pages > cfg->page_capacity || cfg->page_bytes > UINT32_MAX)
+		return -EINVAL;   /* a tier page keeps its slot: the tier fits the table */
 	const char *name = cfg->engine_name ? cfg->engine_name : "engine";
 	if (!word_ok(name, 63) || (cfg->policy && !word_ok(cfg->policy, 63)))
 		return -EINVAL;
@@ -325,6 +343,8 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	c->budget_engine_pages = cfg->budget_engine_pages;
 	c->budget_sequence_tokens = cfg->budget_sequence_tokens;
 	c->weight = cfg->weight;
+	c->tier_capacity = (uint32_t)cfg->tier_pages;
+	c->page_bytes = (uint32_t)cfg->page_bytes;
 	c->socket_path = strdup(path);
 	c->engine_name = strdup(name);
 	c->policy = dup_or_null(cfg->policy);
@@ -335,11 +355,14 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	c->slot_prev = malloc((size_t)c->page_capacity * sizeof(uint32_t));
 	c->seq_head = malloc((size_t)c->max_seqs * sizeof(uint32_t));
 	c->seq_tail = malloc((size_t)c->max_seqs * sizeof(uint32_t));
+	c->tier_head = malloc((size_t)c->max_seqs * sizeof(uint32_t));
+	c->tier_tail = malloc((size_t)c->max_seqs * sizeof(uint32_t));
 	c->seq_tokens = calloc(c->max_seqs, sizeof(uint64_t));
 	c->clock = calloc(c->max_seqs, sizeof(uint64_t));
 	if (!c->socket_path || !c->engine_name || (cfg->policy && !c->policy) || !c->mirror ||
 	    !c->pending || !c->free_stack || !c->slot_next || !c->slot_prev || !c->seq_head ||
-	    !c->seq_tail || !c->seq_tokens || !c->clock || md__seq_state_alloc(c) < 0) {
+	    !c->seq_tail || !c->tier_head || !c->tier_tail || !c->seq_tokens || !c->clock ||
+	    md__seq_state_alloc(c) < 0) {
 		md_client_destroy(c);
 		return -ENOMEM;
 	}
@@ -350,7 +373,7 @@ static int client_new(const struct md_client_config *cfg, md_client **out)
 	}
 	c->free_top = c->page_capacity;
 	for (uint32_t q = 0; q < c->max_seqs; q++)
-		c->seq_head[q] = c->seq_tail[q] = MD__NO_SLOT;
+		c->seq_head[q] = c->seq_tail[q] = c->tier_head[q] = c->tier_tail[q] = MD__NO_SLOT;
 	set_default_params(&c->params_cache);
 	c->attach_error = MD_EDETACHED;
 	*out = c;
@@ -529,6 +552,9 @@ MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 	memcpy(v.base, pb.base, sizeof(v.base));
 	memcpy(v.lambda, pb.lambda, sizeof(v.lambda));
 	c->params_cache = v;
+	/* 1.3 reserved the word (zero); an engine that offered no tier has none,
+	 * whatever the block says. */
+	c->tier_budget = md__daemon_has_tier(c) && c->tier_capacity ? pb.budget_tier_pages : 0;
 	*out = v;
 	return 0;
 }
@@ -537,37 +563,41 @@ MD__EXPORT int md_client_params(md_client *c, struct md_params_view *out)
 
 /* A sequence's pages stay in first-position order, the daemon's page order
  * (md_seq_pages, md_seq_floor).  Engines open pages at growing positions, so
- * the walk back from the newest page stops at once: O(1) in practice. */
-static void list_add(struct md_client *c, uint32_t seq, uint32_t slot)
+ * the walk back from the newest page stops at once: O(1) in practice.  Its
+ * live pages and its tier pages are two such lists (head and tail arrays):
+ * everything that counts resident pages walks the first one only. */
+static void list_add(struct md_client *c, uint32_t *head, uint32_t *tail, uint32_t seq,
+		     uint32_t slot)
 {
 	uint64_t pos = c->mirror[slot].first_pos;
-	uint32_t p = c->seq_tail[seq];
+	uint32_t p = tail[seq];
 	while (p != MD__NO_SLOT && c->mirror[p].first_pos > pos)
 		p = c->slot_prev[p];
-	uint32_t n = p == MD__NO_SLOT ? c->seq_head[seq] : c->slot_next[p];
+	uint32_t n = p == MD__NO_SLOT ? head[seq] : c->slot_next[p];
 	c->slot_prev[slot] = p;
 	c->slot_next[slot] = n;
 	if (p != MD__NO_SLOT)
 		c->slot_next[p] = slot;
 	else
-		c->seq_head[seq] = slot;
+		head[seq] = slot;
 	if (n != MD__NO_SLOT)
 		c->slot_prev[n] = slot;
 	else
-		c->seq_tail[seq] = slot;
+		tail[seq] = slot;
 }
 
-static void list_del(struct md_client *c, uint32_t seq, uint32_t slot)
+static void list_del(struct md_client *c, uint32_t *head, uint32_t *tail, uint32_t seq,
+		     uint32_t slot)
 {
 	uint32_t p = c->slot_prev[slot], n = c->slot_next[slot];
 	if (p != MD__NO_SLOT)
 		c->slot_next[p] = n;
 	else
-		c->seq_head[seq] = n;
+		head[seq] = n;
 	if (n != MD__NO_SLOT)
 		c->slot_prev[n] = p;
 	else
-		c->seq_tail[seq] = p;
+		tail[seq] = p;
 	c->slot_next[slot] = c->slot_prev[slot] = MD__NO_SLOT;
 }
 
@@ -593,7 +623,7 @@ MD__EXPORT int md_page_open(md_client *c, uint32_t seq, uint64_t first_pos, uint
 	m->labels = labels;
 	m->open_clock = c->clock[seq];
 	c->pending[s] = 0;
-	list_add(c, seq, s);
+	list_add(c, c->seq_head, c->seq_tail, seq, s);
 	c->seq_tokens[seq] += n_tokens;
 	c->live_pages++;
 	if (slot)
@@ -640,28 +670,44 @@ MD__EXPORT int md_page_grow(md_client *c, uint32_t slot, uint32_t n_tokens, uint
 	return 0;
 }
 
-/* Frees one live slot in the mirror and page table; publishes PAGE_FREE. */
+static void cmd_applied(struct md_client *c)
+{
+	c->ctr.cmds_applied++;
+	if (c->attached) {
+		struct md_engine_ctrl *ec = c->a.ectrl;
+		md_store_relaxed(&ec->cmds_applied, md_load_relaxed(&ec->cmds_applied) + 1);
+	}
+}
+
+/* Frees one live or tier slot in the mirror and page table; publishes
+ * PAGE_FREE. */
 static int page_free(struct md_client *c, uint32_t slot, uint32_t reason)
 {
 	struct md_page_entry *m = &c->mirror[slot];
 	uint32_t seq = m->seq;
+	int tier = m->state == MD_PAGE_TIER;
+	/* a drop the daemon commanded, reported by the engine or by apply */
+	int commanded = reason == MD_FREE_EVICTED || (reason == MD_FREE_DROPPED && c->pending[slot]);
 	m->state = MD_PAGE_FREE;
 	c->pending[slot] = 0;
-	list_del(c, seq, slot);
-	c->seq_tokens[seq] -= m->n_tokens;
-	c->free_stack[c->free_top++] = slot;
-	c->live_pages--;
-	pt_write(c, slot);
-	if (reason == MD_FREE_EVICTED) {
-		c->seq_evicted[seq]++;
-		c->ctr.cmds_applied++;
-		if (c->attached) {
-			struct md_engine_ctrl *ec = c->a.ectrl;
-			md_store_relaxed(&ec->cmds_applied, md_load_relaxed(&ec->cmds_applied) + 1);
-		}
+	if (tier) {
+		list_del(c, c->tier_head, c->tier_tail, seq, slot);
+		c->tier_pages--;
+	} else {
+		list_del(c, c->seq_head, c->seq_tail, seq, slot);
+		c->seq_tokens[seq] -= m->n_tokens;
+		c->live_pages--;
 	}
+	c->free_stack[c->free_top++] = slot;
+	pt_write(c, slot);
+	if (reason == MD_FREE_EVICTED)
+		c->seq_evicted[seq]++;
+	if (commanded)
+		cmd_applied(c);
 	if (!c->attached)
 		return MD_EDETACHED;
+	if (tier && !md__daemon_has_tier(c))
+		return 0;   /* a page this daemon never saw in the tier */
 	struct md_stats_rec *r =
 		lifecycle_rec(c, MD_REC_PAGE_FREE, seq, slot, m->generation, c->clock[seq]);
 	if (!r)
@@ -673,11 +719,88 @@ static int page_free(struct md_client *c, uint32_t slot, uint32_t reason)
 
 MD__EXPORT int md_page_free(md_client *c, uint32_t slot, uint32_t reason)
 {
-	if (slot >= c->page_capacity || reason > MD_FREE_EVICTED)
+	if (slot >= c->page_capacity || reason > MD_FREE_DROPPED)
 		return -EINVAL;
-	if (c->mirror[slot].state != MD_PAGE_LIVE)
+	uint8_t st = c->mirror[slot].state;
+	if (st == MD_PAGE_FREE)
 		return MD_ESTALE;
+	/* A resident page has no host copy to drop; a tier page was evicted
+	 * already. */
+	if ((st == MD_PAGE_LIVE && reason == MD_FREE_DROPPED) ||
+	    (st == MD_PAGE_TIER && reason == MD_FREE_EVICTED))
+		return -EINVAL;
 	return page_free(c, slot, reason);
+}
+
+/* ---- the host tier (ABI 1.4, docs/tier.md) ----
+ * A page the engine kept in its host tier moves from its sequence's live list
+ * to its tier list: the slot, generation, positions and labels stay, so a
+ * restore puts it back exactly where it was and the daemon's resync finds it
+ * in the page table as MD_PAGE_TIER. */
+
+/* One MD_REC_PAGE_TIER record for the slot as the mirror has it. */
+void md__tier_event(struct md_client *c, uint32_t slot, uint32_t event)
+{
+	const struct md_page_entry *m = &c->mirror[slot];
+	if (!md__daemon_has_tier(c))
+		return;
+	struct md_stats_rec *r =
+		lifecycle_rec(c, MD_REC_PAGE_TIER, m->seq, slot, m->generation, c->clock[m->seq]);
+	if (!r)
+		return;   /* resync asked: the page table has the state */
+	r->u.tier.event = event;
+	rec_publish(c, r);
+}
+
+/* An evict command applied with the page kept in the tier (apply returned 2). */
+void md__page_tier_in(struct md_client *c, uint32_t slot)
+{
+	struct md_page_entry *m = &c->mirror[slot];
+	uint32_t seq = m->seq;
+	m->state = MD_PAGE_TIER;
+	c->pending[slot] = 0;
+	list_del(c, c->seq_head, c->seq_tail, seq, slot);
+	c->seq_tokens[seq] -= m->n_tokens;
+	c->live_pages--;
+	list_add(c, c->tier_head, c->tier_tail, seq, slot);
+	c->tier_pages++;
+	c->seq_evicted[seq]++;   /* it left the device: a settle wait sees it */
+	cmd_applied(c);
+	pt_write(c, slot);
+	md__tier_event(c, slot, MD_TIER_IN);
+}
+
+/* A restore command applied: resident again at its own positions. */
+void md__page_restored(struct md_client *c, uint32_t slot)
+{
+	struct md_page_entry *m = &c->mirror[slot];
+	uint32_t seq = m->seq;
+	m->state = MD_PAGE_LIVE;
+	c->pending[slot] = 0;
+	list_del(c, c->tier_head, c->tier_tail, seq, slot);
+	c->tier_pages--;
+	list_add(c, c->seq_head, c->seq_tail, seq, slot);
+	c->seq_tokens[seq] += m->n_tokens;
+	c->live_pages++;
+	cmd_applied(c);
+	pt_write(c, slot);
+	md__tier_event(c, slot, MD_TIER_RESTORED);
+}
+
+MD__EXPORT uint64_t md_client_tier_budget(md_client *c)
+{
+	if (!c)
+		return 0;
+	if (c->attached) {
+		struct md_params_view v;
+		(void)md_client_params(c, &v);   /* refreshes c->tier_budget when good */
+	}
+	return c->tier_budget;
+}
+
+MD__EXPORT uint32_t md_client_tier_pages(const md_client *c)
+{
+	return c ? c->tier_pages : 0;
 }
 
 MD__EXPORT int md_seq_end(md_client *c, uint32_t seq)
@@ -688,6 +811,8 @@ MD__EXPORT int md_seq_end(md_client *c, uint32_t seq)
 	 * holds a page of a sequence that no longer exists. */
 	while (c->seq_tail[seq] != MD__NO_SLOT)
 		(void)page_free(c, c->seq_tail[seq], MD_FREE_FINISHED);
+	while (c->tier_tail[seq] != MD__NO_SLOT)
+		(void)page_free(c, c->tier_tail[seq], MD_FREE_FINISHED);
 	uint64_t clock = c->clock[seq];
 	c->clock[seq] = 0;
 	md__seq_opts_reset(c, seq);   /* SEQ_END resets the daemon's copy too */
@@ -727,15 +852,19 @@ MD__EXPORT int md_relabel(md_client *c, uint32_t seq, uint64_t pos0, uint64_t po
 {
 	if (seq >= c->max_seqs || pos1 <= pos0 || region >= MD_REGIONS_MAX)
 		return -EINVAL;
-	for (uint32_t s = c->seq_head[seq]; s != MD__NO_SLOT; s = c->slot_next[s]) {
-		struct md_page_entry *m = &c->mirror[s];
-		uint64_t lo = m->first_pos, hi = m->first_pos + m->n_tokens;
-		if (hi <= pos0 || lo >= pos1)
-			continue;
-		for (uint32_t k = 0; k < m->n_tokens; k++)
-			if (lo + k >= pos0 && lo + k < pos1)
-				m->labels = md_label_set(m->labels, k, region);
-		pt_write(c, s);
+	/* tier pages keep their labels for their return: relabel them too */
+	const uint32_t *heads[2] = { c->seq_head, c->tier_head };
+	for (int l = 0; l < 2; l++) {
+		for (uint32_t s = heads[l][seq]; s != MD__NO_SLOT; s = c->slot_next[s]) {
+			struct md_page_entry *m = &c->mirror[s];
+			uint64_t lo = m->first_pos, hi = m->first_pos + m->n_tokens;
+			if (hi <= pos0 || lo >= pos1)
+				continue;
+			for (uint32_t k = 0; k < m->n_tokens; k++)
+				if (lo + k >= pos0 && lo + k < pos1)
+					m->labels = md_label_set(m->labels, k, region);
+			pt_write(c, s);
+		}
 	}
 	if (!c->attached)
 		return MD_EDETACHED;
@@ -773,12 +902,14 @@ static int attn_dropped(struct md_client *c)
 	return MD_EFULL;
 }
 
-/* An ATTN_PAGE record for a live slot, as both publish paths write it. */
+/* An ATTN_PAGE record for a live slot (a tier slot with MD_REC_F_ESTIMATE),
+ * as every publish path writes it. */
 static void fill_attn_page(const struct md_client *c, struct md_stats_rec *r, uint32_t slot,
-			   float mass, uint16_t refresh_bitmap)
+			   float mass, uint16_t refresh_bitmap, uint16_t flags)
 {
 	const struct md_page_entry *m = &c->mirror[slot];
 	r->type = MD_REC_ATTN_PAGE;
+	r->flags = flags;
 	r->seq = m->seq;
 	r->slot = slot;
 	r->gen = m->generation;
@@ -798,7 +929,7 @@ MD__EXPORT int md_attn_page(md_client *c, uint32_t slot, float mass, uint16_t re
 	struct md_stats_rec *r = attn_room(c, 1) ? rec_reserve(c) : NULL;
 	if (!r)
 		return attn_dropped(c);
-	fill_attn_page(c, r, slot, mass, refresh_bitmap);
+	fill_attn_page(c, r, slot, mass, refresh_bitmap, 0);
 	rec_publish(c, r);
 	return 0;
 }
@@ -851,12 +982,13 @@ MD__EXPORT int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint
  * stamped by one md_ring_publish_n (one tail store) and announced by one
  * notify_daemon, so a step costs at most one doorbell however many pages it
  * has (one per record before: a daemon on an idle core drains each record and
- * sleeps again before the next, docs/llama.md "Overhead"). */
-MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
-				const uint32_t *step_tokens, uint32_t n_steps,
-				const uint32_t *slots, const float *mass,
-				const uint16_t *refresh, uint32_t n_pages,
-				struct md_batch_result *res)
+ * sleeps again before the next, docs/llama.md "Overhead").
+ * The estimates of tier pages (1.4) take the same path without steps: only
+ * the state a slot must be in (`state`) and the record's flags differ. */
+static int publish_attn(md_client *c, const uint32_t *step_seqs, const uint32_t *step_tokens,
+			uint32_t n_steps, const uint32_t *slots, const float *mass,
+			const uint16_t *refresh, uint32_t n_pages, uint8_t state, uint16_t flags,
+			struct md_batch_result *res)
 {
 	struct md_batch_result out = { 0 };
 	if (res)
@@ -864,6 +996,10 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 	if (!c || (n_steps && (!step_seqs || !step_tokens)) ||
 	    (n_pages && (!slots || !mass)) || n_pages > c->page_capacity)
 		return -EINVAL;
+	/* A daemon older than 1.4 sees no tier page (the page table shows it
+	 * free): an estimate for one would name a page it does not hold. */
+	if (state == MD_PAGE_TIER && c->attached && !md__daemon_has_tier(c))
+		state = MD__STATE_NONE;
 	/* Whole batch validated first: a bad entry changes nothing. */
 	for (uint32_t i = 0; i < n_steps; i++)
 		if (step_seqs[i] >= c->max_seqs)
@@ -872,7 +1008,7 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 	for (uint32_t i = 0; i < n_pages; i++) {
 		if (slots[i] >= c->page_capacity || !(mass[i] >= 0) || isinf(mass[i]))
 			return -EINVAL;
-		live += c->mirror[slots[i]].state == MD_PAGE_LIVE;
+		live += c->mirror[slots[i]].state == state;
 	}
 	out.skipped = n_pages - live;
 	if (!c->attached) {
@@ -911,11 +1047,12 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 			out.dropped = live;
 		} else {
 			for (uint32_t i = 0; i < n_pages; i++) {
-				if (c->mirror[slots[i]].state != MD_PAGE_LIVE)
+				if (c->mirror[slots[i]].state != state)
 					continue;
 				struct md_stats_rec *r = md_ring_reserve_at(ring, k++);
 				memset(r, 0, sizeof(*r));
-				fill_attn_page(c, r, slots[i], mass[i], refresh ? refresh[i] : 0);
+				fill_attn_page(c, r, slots[i], mass[i], refresh ? refresh[i] : 0,
+					       flags);
 			}
 			out.published = live;
 		}
@@ -927,6 +1064,24 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 	if (res)
 		*res = out;
 	return out.dropped ? MD_EFULL : 0;
+}
+
+MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
+				const uint32_t *step_tokens, uint32_t n_steps,
+				const uint32_t *slots, const float *mass,
+				const uint16_t *refresh, uint32_t n_pages,
+				struct md_batch_result *res)
+{
+	return publish_attn(c, step_seqs, step_tokens, n_steps, slots, mass, refresh, n_pages,
+			    MD_PAGE_LIVE, 0, res);
+}
+
+MD__EXPORT int md_publish_estimates(md_client *c, const uint32_t *slots, const float *mass,
+				    const uint16_t *refresh, uint32_t n,
+				    struct md_batch_result *res)
+{
+	return publish_attn(c, NULL, NULL, 0, slots, mass, refresh, n, MD_PAGE_TIER,
+			    MD_REC_F_ESTIMATE, res);
 }
 
 /* ---- commands ---- */
@@ -963,12 +1118,18 @@ MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)
 			c->proto_errors++;
 			return MD_EPROTO;
 		}
-		if (st != MD_RING_OK || cmd.type != MD_CMD_EVICT || cmd.slot >= c->page_capacity) {
+		/* A restore or a drop comes only from a daemon that knows the
+		 * tier (1.4); anything else is not a command. */
+		int tier_cmd = cmd.type == MD_CMD_RESTORE || cmd.type == MD_CMD_DROP;
+		if (st != MD_RING_OK || (cmd.type != MD_CMD_EVICT && !tier_cmd) ||
+		    (tier_cmd && !md__daemon_has_tier(c)) || cmd.slot >= c->page_capacity) {
 			c->proto_errors++;
 			continue;
 		}
+		/* An evict names a resident page, a restore or drop a tier page. */
 		const struct md_page_entry *m = &c->mirror[cmd.slot];
-		if (m->state != MD_PAGE_LIVE || m->generation != cmd.gen || m->seq != cmd.seq ||
+		uint8_t want = tier_cmd ? MD_PAGE_TIER : MD_PAGE_LIVE;
+		if (m->state != want || m->generation != cmd.gen || m->seq != cmd.seq ||
 		    c->pending[cmd.slot]) {
 			c->ctr.cmds_stale++;
 			md_store_relaxed(&ec->cmds_stale, md_load_relaxed(&ec->cmds_stale) + 1);
@@ -980,6 +1141,8 @@ MD__EXPORT int md_poll_commands(md_client *c, struct md_evict *out, size_t cap)
 		out[n].gen = cmd.gen;
 		out[n].reason = cmd.reason;
 		out[n].decided_ns = cmd.decided_ns;
+		out[n].type = cmd.type;
+		out[n].resv = 0;
 		n++;
 	}
 	md_ring_release(cr);

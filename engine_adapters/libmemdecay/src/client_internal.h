@@ -53,6 +53,8 @@ struct md_client {
 	uint32_t tp_rank, tp_size;
 	int64_t budget_engine_pages, budget_sequence_tokens;
 	double weight;
+	uint32_t tier_capacity;           /* 1.4: HELLO tier_pages (0: no tier) */
+	uint32_t page_bytes;              /* 1.4: HELLO page_bytes */
 
 	int attached;
 	int attach_error;                 /* last attach result: 0 or negative */
@@ -67,13 +69,18 @@ struct md_client {
 	uint8_t *pending;                 /* 1: handed out by poll, not yet freed */
 	uint32_t *free_stack;
 	uint32_t free_top;
-	uint32_t *slot_next, *slot_prev;  /* per-sequence page lists, first_pos ascending */
-	uint32_t *seq_head, *seq_tail;    /* oldest and newest page of each sequence */
+	uint32_t *slot_next, *slot_prev;  /* per-sequence page lists, first_pos ascending:
+					     a slot is on its sequence's live list or on
+					     its tier list, never both */
+	uint32_t *seq_head, *seq_tail;    /* oldest and newest live page of each sequence */
+	uint32_t *tier_head, *tier_tail;  /* 1.4: the same for its pages in the host tier */
 	uint64_t *seq_tokens;             /* live tokens of each sequence */
 	uint64_t *clock;                  /* per-sequence clocks */
 	uint32_t live_pages;
+	uint32_t tier_pages;              /* 1.4: pages in the host tier */
 
 	struct md_params_view params_cache;
+	uint64_t tier_budget;             /* 1.4: budget_tier_pages of the last good read */
 
 	/* the engine contract (seq.c, contract.c), per sequence */
 	struct md_seq_opts *seq_opts;     /* the engine's own options (version unused) */
@@ -103,6 +110,10 @@ struct md_stats_rec *md__lifecycle_rec(struct md_client *c, uint16_t type, uint3
 				       uint32_t slot, uint32_t gen, uint64_t clock);
 void md__rec_publish(struct md_client *c, struct md_stats_rec *r);
 int md__page_pinned(const struct md_page_entry *m, uint32_t pinned_mask);
+int md__daemon_has_tier(const struct md_client *c);
+void md__page_tier_in(struct md_client *c, uint32_t slot);
+void md__page_restored(struct md_client *c, uint32_t slot);
+void md__tier_event(struct md_client *c, uint32_t slot, uint32_t event);
 
 /* seq.c, for client.c */
 int md__seq_state_alloc(struct md_client *c);

@@ -12,6 +12,10 @@
  * pinned and protected pages, pages the engine kept).  A wait that timed out
  * is not repeated for that sequence until the daemon evicts from it again,
  * so a daemon that cannot help costs one timeout, not one per step.
+ *
+ * The host tier (ABI 1.4) goes through the same callback: an evict the engine
+ * kept in its tier, a restore and a drop (apply_one), and md_settle_recall,
+ * the wait for the daemon's recall decision at the end of a prefill.
  */
 #include <errno.h>
 
@@ -26,25 +30,58 @@
 
 /* ---- commands ---- */
 
-/* Hands one command to the engine.  A page the engine says it freed but did
- * not report is reported here, so the mirror cannot keep a page the engine
- * dropped; a page it kept may be commanded again. */
+/* Hands one command to the engine and keeps the mirror's side of what it
+ * did.  A page the engine says it freed but did not report is reported here,
+ * so the mirror cannot keep a page the engine dropped; a page it kept may be
+ * commanded again.  The tier's transitions (docs/tier.md) are the library's
+ * alone: the engine only says what happened, and the library moves the slot
+ * between its live and tier lists, writes the page table and publishes the
+ * PAGE_TIER event, so no adapter can get the order wrong. */
 static int apply_one(struct md_client *c, md_apply_fn apply, void *ctx,
 		     const struct md_evict *ev)
 {
 	int rc = apply(ctx, ev);
 	if (rc < 0)
 		return rc;
+	/* The engine may have freed the slot from the callback (md_page_free):
+	 * then there is nothing left to do for it. */
 	const struct md_page_entry *m = &c->mirror[ev->slot];
-	int same = m->state == MD_PAGE_LIVE && m->generation == ev->gen;
+	uint8_t was = ev->type == MD_CMD_EVICT ? MD_PAGE_LIVE : MD_PAGE_TIER;
+	int same = m->state == was && m->generation == ev->gen;
 	if (rc == 0) {
-		if (same)
+		if (same) {
 			c->pending[ev->slot] = 0;
+			/* a refused restore is an answer the daemon waits for (the
+			 * page goes back to its tier); a kept evict or drop is not */
+			if (ev->type == MD_CMD_RESTORE)
+				md__tier_event(c, ev->slot, MD_TIER_REFUSED);
+		}
 		return 0;
 	}
-	if (same)
-		(void)md_page_free(c, ev->slot, MD_FREE_EVICTED);
-	return 1;
+	switch (ev->type) {
+	case MD_CMD_EVICT:
+		if (rc == 2) {
+			/* Kept in a tier the daemon did not grant: the library
+			 * cannot say so (a 1.3 daemon has no word for it), so the
+			 * page stays live here and the engine hears of it. */
+			if (!md_client_tier_budget(c))
+				return -ENOTSUP;
+			if (same)
+				md__page_tier_in(c, ev->slot);
+			return 1;
+		}
+		if (same)
+			(void)md_page_free(c, ev->slot, MD_FREE_EVICTED);
+		return 1;
+	case MD_CMD_RESTORE:
+		if (same)
+			md__page_restored(c, ev->slot);
+		return 1;
+	default:   /* MD_CMD_DROP: md_poll_commands lets no other type through */
+		if (same)
+			(void)md_page_free(c, ev->slot, MD_FREE_DROPPED);
+		return 1;
+	}
 }
 
 MD__EXPORT int md_apply_commands(md_client *c, md_apply_fn apply, void *ctx)
@@ -275,6 +312,85 @@ MD__EXPORT int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t sl
 	int outcome = settle_loop(&s, timeout_ms);
 	if (outcome < 0)
 		return outcome;
+	res->outcome = (uint32_t)outcome;
+	return 0;
+}
+
+/* ---- the recall wait (ABI 1.4) ----
+ * At the end of a turn's prefill the engine has published its estimates for
+ * its tier pages; the pages the daemon restores should be back before decode
+ * reads the cache.  The daemon has decided on those records once its stats
+ * head has passed them and either it sleeps (it sleeps only with no work
+ * left, after flushing its commands) or a quiet period has passed since then
+ * and since the last command: the daemon runs its decision pass in the
+ * iteration that drains the ring, or within MD__DECIDE_COALESCE_NS while
+ * other records keep it busy, far inside MD__QUIET_MS.  Waiting for the sleep
+ * flag alone would cost the daemon's whole nap (daemon.nap_ms, 50 ms by
+ * default) on every turn that recalls nothing. */
+
+#define MD__RECALL_SLICE_MS 1   /* short: a turn waits on this */
+
+MD__EXPORT int md_settle_recall(md_client *c, int timeout_ms, md_apply_fn apply, void *ctx,
+				struct md_settle_result *res)
+{
+	struct md_settle_result local;
+	if (!res)
+		res = &local;
+	*res = (struct md_settle_result){ .outcome = MD_SETTLE_OK };
+	if (!c || !apply)
+		return -EINVAL;
+	if (!c->attached) {
+		res->outcome = MD_SETTLE_DETACHED;
+		return 0;
+	}
+	if (c->stats_cuda)
+		return -ENOTSUP;   /* the records' head is the device ring's (gpu.c) */
+	struct settle s = { .c = c, .apply = apply, .ctx = ctx, .res = res };
+	uint64_t target = c->a.stats.next;   /* every record published before the call */
+	uint64_t t0 = md_now_ns();
+	uint64_t deadline = t0 + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
+	uint64_t quiet_from = 0;
+	uint32_t quiet_applied = 0;
+	int at_target = 0, rc, outcome;
+	for (;;) {
+		if ((rc = settle_apply(&s)) < 0)
+			return rc;
+		if (!c->attached) {   /* a broken command ring detaches */
+			outcome = MD_SETTLE_DETACHED;
+			break;
+		}
+		uint64_t now = md_now_ns();
+		if (md_load_acquire(c->a.stats.head) >= target) {
+			/* the quiet period restarts after each command applied */
+			if (!at_target || res->applied != quiet_applied) {
+				at_target = 1;
+				quiet_from = now;
+				quiet_applied = res->applied;
+			}
+			if (md_load_acquire(&c->a.dctrl->sleeping)) {
+				/* its commands were flushed before it slept */
+				if ((rc = settle_apply(&s)) < 0)
+					return rc;
+				outcome = c->attached ? MD_SETTLE_OK : MD_SETTLE_DETACHED;
+				break;
+			}
+			if (now - quiet_from >= (uint64_t)MD__QUIET_MS * 1000000ull) {
+				outcome = MD_SETTLE_OK;
+				break;
+			}
+		}
+		if (now >= deadline) {
+			outcome = MD_SETTLE_TIMEOUT;
+			break;
+		}
+		uint64_t left = (deadline - now + 999999) / 1000000;
+		res->waited = 1;
+		if (!settle_sleep(&s, left > MD__RECALL_SLICE_MS ? MD__RECALL_SLICE_MS : (int)left)) {
+			outcome = MD_SETTLE_DETACHED;
+			break;
+		}
+	}
+	res->wait_ns = md_now_ns() - t0;
 	res->outcome = (uint32_t)outcome;
 	return 0;
 }

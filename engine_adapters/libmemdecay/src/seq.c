@@ -1,8 +1,9 @@
 /*
  * seq.c — what the library knows about one sequence beyond its pages: its own
  * options (policy, token budget; ABI 1.2; session state and tag, 1.3), its
- * pages in the daemon's order, and the tokens the daemon never evicts from it
- * (the evict floor).
+ * pages in the daemon's order (resident ones, and those in the host tier,
+ * ABI 1.4), and the tokens the daemon never evicts from it (the evict
+ * floor).
  *
  * Options live in the private mirror first, like pages: while attached to a
  * 1.2 daemon every change is written to the engine segment's entry (version
@@ -217,6 +218,20 @@ MD__EXPORT int md_seq_pages(const md_client *c, uint32_t seq, uint32_t *slots, u
 		return -EINVAL;
 	uint32_t n = 0;
 	for (uint32_t s = c->seq_head[seq]; s != MD__NO_SLOT; s = c->slot_next[s]) {
+		if (n < cap)
+			slots[n] = s;
+		n++;
+	}
+	return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+/* A sequence's pages in the host tier (1.4), in the same order. */
+MD__EXPORT int md_seq_tier_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_t cap)
+{
+	if (!c || seq >= c->max_seqs || (cap && !slots))
+		return -EINVAL;
+	uint32_t n = 0;
+	for (uint32_t s = c->tier_head[seq]; s != MD__NO_SLOT; s = c->slot_next[s]) {
 		if (n < cap)
 			slots[n] = s;
 		n++;
