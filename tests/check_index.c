@@ -5,6 +5,9 @@
  * parameter changes between decisions, sequences with their own options),
  * pinned/protected pages never evicted,
  * bad records rejected with the right reason, budgets and the evicting state.
+ * With the host tier (ABI 1.4, docs/tier.md): random tier events, estimates,
+ * tier budgets, recall margins and per-pass caps, the host's drops and
+ * restores equal to the oracle's too.
  */
 #include <check.h>
 #include "test_util.h"
@@ -35,7 +38,8 @@ static struct md_stats_rec rec(uint16_t type)
 	return r;
 }
 
-/* ---- the test's mirror of each engine ---- */
+/* ---- the test's mirror of each engine ----
+ * page states: 0 free, 1 live, 2 evicting, 3 tier, 4 restoring, 5 dropping */
 #define MAXE 3
 #define MAXSLOTS 48
 #define MAXSEQ 4
@@ -52,6 +56,8 @@ struct world {
 	int ne;
 	struct mengine e[MAXE];
 	uint32_t nregions;
+	int tier;             /* tier events, estimates and tier parameters */
+	uint64_t restores, drops;
 };
 
 static void random_params(struct world *w)
@@ -134,7 +140,8 @@ static uint32_t mirror_rank(const struct mengine *e, const struct mpage *m)
 {
 	uint32_t r = 0;
 	for (uint32_t s = 0; s < e->cap; s++)
-		if (e->pg[s].state == 1 && e->pg[s].seq == m->seq && e->pg[s].first_pos > m->first_pos)
+		if ((e->pg[s].state == 1 || e->pg[s].state == 4) && e->pg[s].seq == m->seq &&
+		    e->pg[s].first_pos > m->first_pos)
 			r++;
 	return r;
 }
@@ -148,6 +155,80 @@ static uint64_t labels_random(const struct world *w, uint32_t n)
 	return l;
 }
 
+static void tier_params(struct world *w)
+{
+	static const double margins[] = {0, 0.05, 0.5, 2};
+	static const uint32_t per[] = {0, 1, 2, 4, 4096};
+	w->p.tier_pages = rn(3) ? 0 : rn(6);
+	w->p.recall_margin = margins[rn(4)];
+	w->p.recall_max_per_pass = per[rn(5)];
+}
+
+static void world_new_tier(struct world *w, int policy)
+{
+	world_new(w, policy);
+	w->tier = 1;
+	tier_params(w);
+	md__host_set_params(w->h, &w->p);
+	for (int i = 0; i < w->ne; i++)
+		if (rn(4))
+			ck_assert_int_eq(md__host_engine_set_tier(w->h, w->e[i].id,
+								  rn(w->e[i].cap / 2 + 1), 4096), 0);
+}
+
+/* the engine's side of the tier: evictions kept, restores applied or
+ * refused, drops done, and records the host must refuse */
+static void op_tier(struct world *w)
+{
+	struct mengine *e = &w->e[rn((uint32_t)w->ne)];
+	uint32_t s = rn(e->cap);
+	struct mpage *m = &e->pg[s];
+	struct md_stats_rec r = rec(MD_REC_PAGE_TIER);
+	r.slot = s;
+	r.gen = m->gen;
+	switch (m->state) {
+	case 0:
+		return;
+	case 1:
+		r.u.tier.event = 1 + rn(3);
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), -MD__REJ_STATE);
+		return;
+	case 2:
+		r.u.tier.event = rn(8) ? MD_TIER_IN : MD_TIER_RESTORED;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r),
+				 r.u.tier.event == MD_TIER_IN ? 0 : -MD__REJ_STATE);
+		if (r.u.tier.event == MD_TIER_IN)
+			m->state = 3;
+		return;
+	case 3: /* unasked: a resync would do it */
+		if (rn(4))
+			return;
+		r.u.tier.event = rn(2) ? MD_TIER_RESTORED : rn(2) ? MD_TIER_REFUSED : MD_TIER_IN;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r),
+				 r.u.tier.event == MD_TIER_IN ? -MD__REJ_STATE : 0);
+		if (r.u.tier.event == MD_TIER_RESTORED)
+			m->state = 1;
+		return;
+	case 4:
+		r.u.tier.event = rn(3) ? MD_TIER_RESTORED : MD_TIER_REFUSED;
+		if (rn(16) == 0)
+			r.u.tier.event = 9; /* unknown */
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r),
+				 r.u.tier.event == 9 ? -MD__REJ_TYPE : 0);
+		if (r.u.tier.event != 9)
+			m->state = r.u.tier.event == MD_TIER_RESTORED ? 1 : 3;
+		return;
+	case 5:
+		r = rec(MD_REC_PAGE_FREE);
+		r.slot = s;
+		r.gen = m->gen;
+		r.u.free.reason = MD_FREE_DROPPED;
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		m->state = 0;
+		return;
+	}
+}
+
 static void op_random(struct world *w)
 {
 	struct mengine *e = &w->e[rn((uint32_t)w->ne)];
@@ -156,7 +237,12 @@ static void op_random(struct world *w)
 	struct mpage *m = &e->pg[s];
 	struct md_stats_rec r;
 	int rc;
-	switch (rn(12)) {
+	switch (rn(w->tier ? 15 : 12)) {
+	case 12:
+	case 13:
+	case 14:
+		op_tier(w);
+		return;
 	case 0:
 	case 1:
 	case 2: { /* open */
@@ -202,7 +288,7 @@ static void op_random(struct world *w)
 		e->clock[q] = r.clock;
 		return;
 	case 5:
-	case 6: { /* attention to a page */
+	case 6: { /* attention to a page, or an estimate */
 		if (m->state == 0)
 			return;
 		static const float masses[] = {0, 0.25f, 0.5f, 1.0f, 2.0f};
@@ -211,7 +297,14 @@ static void op_random(struct world *w)
 		r.gen = m->gen;
 		r.u.attn_page.mass = masses[rn(5)];
 		r.u.attn_page.refresh = (uint16_t)(rn(2) ? 0 : rnd());
-		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		int want = 0;
+		if (w->tier && (m->state == 3 || m->state == 5 || rn(6) == 0)) {
+			r.flags = MD_REC_F_ESTIMATE;
+			want = m->state == 3 || m->state == 4 ? 0 : -MD__REJ_STATE;
+		} else if (m->state == 3 || m->state == 5) {
+			want = -MD__REJ_STATE;
+		}
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), want);
 		return;
 	}
 	case 7: { /* attention per token */
@@ -225,7 +318,8 @@ static void op_random(struct world *w)
 		r.count = (uint8_t)(1 + rn(maxc < 8 ? maxc : 8));
 		for (unsigned i = 0; i < r.count; i++)
 			r.u.attn_tokens.mass[i] = (float)rn(5) * 0.0625f;
-		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
+		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r),
+				 m->state == 3 || m->state == 5 ? -MD__REJ_STATE : 0);
 		return;
 	}
 	case 8: { /* relabel a span */
@@ -239,7 +333,7 @@ static void op_random(struct world *w)
 		int hit = 0;
 		for (uint32_t t = 0; t < e->cap; t++) {
 			struct mpage *x = &e->pg[t];
-			if (x->state != 1 || x->seq != q)
+			if ((x->state != 1 && x->state != 4) || x->seq != q)
 				continue;
 			for (unsigned k = 0; k < x->n; k++) {
 				uint64_t pos = x->first_pos + k;
@@ -258,6 +352,15 @@ static void op_random(struct world *w)
 		r = rec(MD_REC_PAGE_FREE);
 		r.slot = s;
 		r.gen = m->gen;
+		if (w->tier && rn(3) == 0) {
+			/* DROPPED: only a page of the tier */
+			r.u.free.reason = MD_FREE_DROPPED;
+			int off = m->state == 3 || m->state == 5;
+			ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), off ? 0 : -MD__REJ_STATE);
+			if (off)
+				m->state = 0;
+			return;
+		}
 		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
 		m->state = 0;
 		return;
@@ -280,6 +383,8 @@ static void op_random(struct world *w)
 			/* keep labels known: never drop the extra name once used */
 			snprintf(w->p.region_name[8], MD__REGION_NAME_MAX, "code");
 			w->nregions = 9;
+			if (w->tier && rn(2))
+				tier_params(w);
 			md__host_set_params(w->h, &w->p);
 		} else {
 			struct md__engine_opts o;
@@ -302,9 +407,10 @@ static size_t check_decision(struct world *w)
 	ck_assert_uint_eq(ng, nw);
 	for (size_t i = 0; i < ng; i++) {
 		ck_assert_msg(memcmp(&want[i], &got[i], sizeof got[i]) == 0,
-			      "decision %zu: oracle (e%u s%u slot %u g%u r%u) index (e%u s%u slot %u g%u r%u)",
+			      "decision %zu: oracle (e%u s%u slot %u g%u r%u t%u) index (e%u s%u slot %u g%u r%u t%u)",
 			      i, want[i].engine_id, want[i].seq, want[i].slot, want[i].gen, want[i].reason,
-			      got[i].engine_id, got[i].seq, got[i].slot, got[i].gen, got[i].reason);
+			      want[i].type, got[i].engine_id, got[i].seq, got[i].slot, got[i].gen,
+			      got[i].reason, got[i].type);
 	}
 	for (size_t i = 0; i < ng; i++) {
 		struct mengine *e = NULL;
@@ -313,25 +419,40 @@ static size_t check_decision(struct world *w)
 				e = &w->e[j];
 		ck_assert_ptr_nonnull(e);
 		struct mpage *m = &e->pg[got[i].slot];
-		ck_assert_int_eq(m->state, 1);
 		ck_assert_uint_eq(m->gen, got[i].gen);
+		if (got[i].type != MD_CMD_EVICT) { /* drops and restores: tier pages */
+			ck_assert_int_eq(m->state, 3);
+			ck_assert_uint_eq(got[i].reason, got[i].type == MD_CMD_DROP ? MD_DROP_TIER_BUDGET
+										 : MD_RESTORE_RECALL);
+			continue;
+		}
+		ck_assert_int_eq(m->state, 1);
 		ck_assert_msg(!mirror_pinned(w, m), "pinned page evicted");
 		ck_assert_msg(mirror_rank(e, m) >= 1 + w->p.protect_recent, "protected page evicted");
 	}
 	for (size_t i = 0; i < ng; i++) /* after the checks: ranks use pre-decision state */
 		for (int j = 0; j < w->ne; j++)
-			if (w->e[j].id == got[i].engine_id)
-				w->e[j].pg[got[i].slot].state = 2;
+			if (w->e[j].id == got[i].engine_id) {
+				int to = got[i].type == MD_CMD_DROP ? 5 : got[i].type == MD_CMD_RESTORE ? 4 : 2;
+				w->e[j].pg[got[i].slot].state = to;
+				w->drops += to == 5;
+				w->restores += to == 4;
+			}
 	for (int j = 0; j < w->ne; j++) {
 		struct md__engine_stats st;
 		ck_assert_int_eq(md__host_engine_stats(w->h, w->e[j].id, &st), 0);
-		uint64_t live = 0, ev = 0;
+		uint64_t live = 0, ev = 0, tier = 0;
 		for (uint32_t s = 0; s < w->e[j].cap; s++) {
-			live += w->e[j].pg[s].state == 1;
+			live += w->e[j].pg[s].state == 1 || w->e[j].pg[s].state == 4;
 			ev += w->e[j].pg[s].state == 2;
+			tier += w->e[j].pg[s].state == 3;
 		}
 		ck_assert_uint_eq(st.pages_live, live);
 		ck_assert_uint_eq(st.pages_evicting, ev);
+		ck_assert_uint_eq(st.tier_pages, tier);
+		/* a pass that was not cut by cap leaves the tier within its budget */
+		if (ng < cap)
+			ck_assert_uint_le(st.tier_pages, st.tier_budget);
 	}
 	return ng;
 }
@@ -356,6 +477,40 @@ static void fuzz_policy(int policy, uint64_t seed)
 	/* the cases must actually evict */
 	ck_assert_msg(evictions > 2000, "only %llu evictions", (unsigned long long)evictions);
 }
+
+/* The same with the host tier: its pages drift in from evictions, estimates
+ * make candidates, budgets and caps move, and every pass (evictions, drops,
+ * restores) equals the oracle's. */
+static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
+{
+	rng_state = seed;
+	unsigned cases = 0;
+	uint64_t restores = 0, drops = 0;
+	while (cases < n_cases) {
+		struct world w;
+		world_new_tier(&w, policy);
+		for (int it = 0; it < 400 && cases < n_cases; it++) {
+			op_random(&w);
+			if (rn(5) == 0) {
+				check_decision(&w);
+				cases++;
+			}
+		}
+		restores += w.restores;
+		drops += w.drops;
+		md__host_free(w.h);
+	}
+	/* the cases must actually restore and drop */
+	ck_assert_msg(restores > n_cases / 50 && drops > n_cases / 100,
+		      "only %llu restores, %llu drops", (unsigned long long)restores,
+		      (unsigned long long)drops);
+}
+
+START_TEST(test_tier_oracle_policy)
+{
+	fuzz_tier(_i, 1000 + (uint64_t)_i, 4000);
+}
+END_TEST
 
 /* many sequences and pages: the branch and bound across heaps */
 static void large_case(int policy)
@@ -1452,6 +1607,11 @@ static Suite *index_suite(void)
 	tcase_add_test(to, test_seq_protect_published);
 	tcase_add_test(to, test_seq_opts_oracle);
 	suite_add_tcase(s, to);
+	TCase *tt = tcase_create("tier");
+	tcase_set_timeout(tt, 240);
+	tcase_add_loop_test(tt, test_tier_oracle_policy, 0, MD_POLICY_COUNT);
+	suite_add_tcase(s, tt);
+
 	TCase *tg = tcase_create("global_share");
 	tcase_set_timeout(tg, 240);
 	tcase_add_test(tg, test_global_idle_engine_costs_nothing);

@@ -45,6 +45,9 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(P.heartbeat_timeout_ms, 3000);
 	ck_assert_uint_eq(P.violation_limit, 1000);
 	ck_assert_uint_eq(P.nap_ms, 50);
+	ck_assert_uint_eq(P.tier_pages, 0);
+	ck_assert_double_eq(P.recall_margin, 0.05);
+	ck_assert_uint_eq(P.recall_max_per_pass, 4);
 	ck_assert_uint_eq(P.policy, MD_POLICY_MEMDECAY);
 	ck_assert_uint_eq(P.norm, MD_NORM_RAW);
 }
@@ -73,6 +76,19 @@ START_TEST(test_set_good)
 	ck_assert_int_eq(md__params_set(&P, "memdecay.beta", "0", err, sizeof err), 0);
 	ck_assert_int_eq(md__params_set(&P, "daemon.nap_ms", "0", err, sizeof err), 0);
 	ck_assert_uint_eq(P.nap_ms, 0);
+	ck_assert_int_eq(md__params_set(&P, "tier.pages", "4096", err, sizeof err), 0);
+	ck_assert_uint_eq(P.tier_pages, 4096);
+	ck_assert_int_eq(md__params_set(&P, "recall.margin", "0", err, sizeof err), 0);
+	ck_assert_double_eq(P.recall_margin, 0);
+	ck_assert_int_eq(md__params_set(&P, "recall.margin", "0.125", err, sizeof err), 0);
+	ck_assert_double_eq(P.recall_margin, 0.125);
+	ck_assert_int_eq(md__params_set(&P, "recall.max_per_pass", "0", err, sizeof err), 0);
+	ck_assert_uint_eq(P.recall_max_per_pass, 0);
+	ck_assert_int_eq(md__params_set(&P, "recall.max_per_pass", "4096", err, sizeof err), 0);
+	ck_assert_uint_eq(P.recall_max_per_pass, 4096);
+	char buf[32];
+	ck_assert_int_gt(md__params_get(&P, "recall.margin", buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "0.125");
 }
 END_TEST
 
@@ -116,6 +132,13 @@ START_TEST(test_set_bad_values)
 	expect_bad("daemon.nap_ms", "10001", -EINVAL);
 	expect_bad("daemon.nap_ms", "-1", -EINVAL);
 	expect_bad("random.seed", "99999999999999999999999", -EINVAL);
+	expect_bad("tier.pages", "-1", -EINVAL);
+	expect_bad("tier.pages", "281474976710657", -EINVAL); /* 2^48 + 1 */
+	expect_bad("recall.margin", "-0.01", -EINVAL);
+	expect_bad("recall.margin", "nan", -EINVAL);
+	expect_bad("recall.margin", "inf", -EINVAL);
+	expect_bad("recall.max_per_pass", "4097", -EINVAL);
+	expect_bad("recall.max_per_pass", "1.5", -EINVAL);
 }
 END_TEST
 
@@ -234,13 +257,13 @@ START_TEST(test_get_foreach)
 	ck_assert_str_eq(buf, "memdecay");
 	struct visit v = {0, 0, 0};
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 8 * 3 + 22); /* 22 scalar keys (params.c) */
+	ck_assert_int_eq(v.n, 8 * 3 + 25); /* 25 scalar keys (params.c) */
 	ck_assert_int_eq(v.saw_alpha, 1);
 	ck_assert_int_eq(v.saw_code, 0);
 	md__params_set(&P, "region.8.name", "code", err, sizeof err);
 	memset(&v, 0, sizeof v);
 	md__params_foreach(&P, visit_fn, &v);
-	ck_assert_int_eq(v.n, 9 * 3 + 22 + 1);
+	ck_assert_int_eq(v.n, 9 * 3 + 25 + 1);
 	ck_assert_int_eq(v.saw_code, 1);
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_NORM), "memdecay-norm");
 	ck_assert_str_eq(md__policy_name(MD_POLICY_MEMDECAY_TURN), "memdecay-turn");

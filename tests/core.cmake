@@ -1,5 +1,5 @@
 # Core suites: params, policies, page state and the eviction index (md_host).
-foreach(suite params policy index)
+foreach(suite params policy index tier)
   add_executable(check_${suite} ${CMAKE_CURRENT_SOURCE_DIR}/check_${suite}.c)
   target_link_libraries(check_${suite} PRIVATE md_host PkgConfig::CHECK)
   add_test(NAME check_${suite} COMMAND check_${suite})

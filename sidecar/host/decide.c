@@ -4,8 +4,10 @@
  * evicts per scope with evict_index.c's threshold algorithm: each sequence
  * over its token budget down to its low watermark, then the engine down to
  * its page budget's.  An eviction marks the page evicting (pagestate.c),
- * which may move protection and so the heaps.  Above pagestate.c and
- * evict_index.c: neither calls into it.
+ * which may move protection and so the heaps.  Then, for an engine holding
+ * tier pages (ABI 1.4, docs/tier.md), drops down to its tier budget and
+ * recalls against the page each would displace (tier_pass, below).  Above
+ * pagestate.c and evict_index.c: neither calls into it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -77,6 +79,7 @@ static void emit(struct md__host *h, struct md__engine *e, uint32_t slot, uint32
 	out->slot = slot;
 	out->gen = pg->gen;
 	out->reason = reason;
+	out->type = MD_CMD_EVICT;
 	e->evictions++;
 	e->evictions_by_region[md__dominant_region(pg->labels, pg->n_tokens)]++;
 	if (reason < MD_EVICT_REASON_COUNT)
@@ -183,8 +186,8 @@ static int u32_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
-			       struct md__decision *out, size_t cap)
+static size_t evict_scopes(struct md__host *h, struct md__engine *e, struct md__decision *out,
+			   size_t cap)
 {
 	if (!md__index_live(h, e))
 		md__index_rebuild(h, e);
@@ -265,5 +268,177 @@ size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
 		md__scope_end(&sc);
 		free(ids);
 	}
+	return n;
+}
+
+/* ---- the host tier: drops and recalls (docs/tier.md, "The decision") ---- */
+
+static void emit_cmd(struct md__engine *e, uint32_t slot, uint32_t type, uint32_t reason,
+		     struct md__decision *out)
+{
+	const struct md__page *pg = &e->pages[slot];
+	*out = (struct md__decision){.engine_id = e->id, .seq = pg->seq, .slot = slot,
+				     .gen = pg->gen, .reason = reason, .type = type};
+}
+
+/* a tier page's score: its sequence's policy at its sequence's clock, as a
+ * resident page's */
+static double page_score(const struct md__host *h, const struct md__engine *e, uint32_t slot)
+{
+	struct md__score_in in;
+	md__score_in_init(h, e, slot, &in);
+	const struct md__policy *pol =
+		md__policy_get(md__seq_policy(h, e, &e->seqs[e->pages[slot].seq]));
+	return pol->score(&e->pages[slot], &e->t_refresh[(size_t)slot * e->page_tokens], &in, NULL);
+}
+
+static int xcand_cmp_rev(const void *a, const void *b)
+{
+	return xcand_cmp(b, a);
+}
+
+/* tier or candidate slots with their scores (malloc'ed; NULL: none or no
+ * memory, which leaves the pass to the next one) */
+static struct xcand *score_slots(const struct md__host *h, const struct md__engine *e,
+				 const uint32_t *slots, size_t n)
+{
+	struct xcand *c = n ? malloc(n * sizeof(*c)) : NULL;
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		c[i] = (struct xcand){.score = page_score(h, e, slots[i]),
+				      .first_pos = e->pages[slots[i]].first_pos, .slot = slots[i]};
+	return c;
+}
+
+/* The lowest evictable page of seqs[0..ns) (the eviction order of the
+ * scope), left where it is: 1 with *slot and *score, 0 when none.  A scope
+ * of the index's policy asks the threshold algorithm for its first page and
+ * puts it back; a mixed one scores every evictable page (as decide_exact). */
+static int lowest_evictable(struct md__host *h, struct md__engine *e, const uint32_t *seqs,
+			    size_t ns, int mixed, uint32_t *slot, double *score)
+{
+	int found = 0;
+	if (mixed) {
+		struct xcand best = {0};
+		for (size_t i = 0; i < ns; i++) {
+			const struct md__seq *s = &e->seqs[seqs[i]];
+			for (uint32_t j = 0; j < s->keyheap_n; j++) {
+				uint32_t x = s->keyheap[j].slot;
+				struct xcand c = {.score = page_score(h, e, x),
+						  .first_pos = e->pages[x].first_pos, .slot = x};
+				if (!found || xcand_cmp(&c, &best) < 0)
+					best = c;
+				found = 1;
+			}
+		}
+		*slot = best.slot;
+		*score = best.score;
+		return found;
+	}
+	struct md__scope sc;
+	if (md__scope_begin(&sc, h, e, seqs, ns))
+		return 0;
+	found = md__scope_next(&sc, slot);
+	md__scope_end(&sc);
+	if (!found)
+		return 0;
+	md__page_reindex(h, e, *slot); /* popped, not evicted: back into its heaps */
+	*score = page_score(h, e, *slot);
+	return 1;
+}
+
+/* Drops while the tier is over its budget, lowest score first; then the
+ * candidates from the highest score down, at most recall.max_per_pass
+ * restores, each against the page it would displace.  A restore with a
+ * victim takes two commands (the evict first, so that the engine has the
+ * device block when the restore comes): a candidate is considered only while
+ * two fit in out, and the ones not reached stay candidates. */
+static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__decision *out,
+			size_t cap)
+{
+	size_t n = 0;
+	uint64_t tb = md__engine_tier_budget(h, e);
+	if (e->n_tier > tb && n < cap) {
+		size_t nt = e->n_tier;
+		struct xcand *c = score_slots(h, e, e->tier_slots, nt);
+		if (!c)
+			return n;
+		/* the lowest n_tier - budget in the eviction order: sorted, at the
+		 * tier's size (bounded by HELLO tier_pages plus what came in since
+		 * the last pass) */
+		qsort(c, nt, sizeof(*c), xcand_cmp);
+		for (size_t i = 0; i < nt && n < cap && e->n_tier > tb; i++) {
+			emit_cmd(e, c[i].slot, MD_CMD_DROP, MD_DROP_TIER_BUDGET, &out[n++]);
+			md__page_set_dropping(h, e, c[i].slot);
+			e->drops++;
+		}
+		free(c);
+	}
+	uint32_t per_pass = h->params.recall_max_per_pass;
+	if (!per_pass || !e->n_cand || cap - n < 2)
+		return n;
+	size_t nc = e->n_cand;
+	struct xcand *c = score_slots(h, e, e->cand_slots, nc);
+	uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(*ids));
+	if (!c || !ids) {
+		free(c);
+		free(ids);
+		return n;
+	}
+	qsort(c, nc, sizeof(*c), xcand_cmp_rev);
+	double margin = h->params.recall_margin;
+	uint32_t restored = 0;
+	for (size_t i = 0; i < nc && restored < per_pass && cap - n >= 2; i++) {
+		uint32_t p = c[i].slot, q = e->pages[p].seq;
+		struct md__seq *s = &e->seqs[q];
+		md__cand_remove(e, p); /* considered: out until its next estimate */
+		uint64_t bseq = md__seq_budget_tokens(h, e, s);
+		uint32_t reason = 0, victim = 0;
+		double vscore = 0.0;
+		int has_victim = 0, blocked = 0;
+		if (bseq && s->tokens_live + e->pages[p].n_tokens > bseq) {
+			reason = MD_EVICT_SEQUENCE_BUDGET;
+			blocked = !lowest_evictable(h, e, &q, 1, seq_foreign(h, e, q), &victim, &vscore);
+			has_victim = !blocked;
+		} else {
+			uint64_t bp = md__engine_page_budget(h, e, &reason);
+			if (bp && e->pages_live + 1 > bp) {
+				size_t ns = 0;
+				for (uint32_t x = 0; x < e->max_seqs; x++)
+					if (e->seqs[x].keyheap_n)
+						ids[ns++] = x;
+				/* asked each time: a restore may have pushed a page of
+				 * a sequence of its own policy out of protection */
+				blocked = !lowest_evictable(h, e, ids, ns, engine_mixed(h, e), &victim,
+							    &vscore);
+				has_victim = !blocked;
+			}
+		}
+		if (blocked || (has_victim && !(c[i].score > vscore + margin)))
+			continue;
+		/* the restore first, as it may fail (a page of its sequence took
+		 * its positions, or no memory); the victim's evict still goes
+		 * ahead of it in out.  The victim stays evictable: p only raises
+		 * the ranks of the pages older than it. */
+		if (md__page_restore(h, e, p))
+			continue;
+		if (has_victim)
+			emit(h, e, victim, reason, &out[n++]);
+		emit_cmd(e, p, MD_CMD_RESTORE, MD_RESTORE_RECALL, &out[n++]);
+		e->restores++;
+		restored++;
+	}
+	free(c);
+	free(ids);
+	return n;
+}
+
+size_t md__index_decide_engine(struct md__host *h, struct md__engine *e,
+			       struct md__decision *out, size_t cap)
+{
+	size_t n = evict_scopes(h, e, out, cap);
+	if (n < cap && (e->n_tier || e->n_cand))
+		n += tier_pass(h, e, out + n, cap - n);
 	return n;
 }

@@ -79,6 +79,10 @@ static void engine_free(struct md__engine *e)
 		for (unsigned c = 0; c < MD_REGIONS_MAX; c++)
 			free(e->seqs[q].decayheap[c]);
 	}
+	free(e->tier_slots);
+	free(e->tier_pos);
+	free(e->cand_slots);
+	free(e->cand_pos);
 	free(e->ob_seqs);
 	free(e->own_seqs);
 	free(e->kpub_seqs);
@@ -219,6 +223,17 @@ int md__host_engine_set_abi_minor(struct md__host *h, uint32_t engine_id, uint32
 	if (!e)
 		return -ENOENT;
 	e->abi_minor = minor;
+	return 0;
+}
+
+int md__host_engine_set_tier(struct md__host *h, uint32_t engine_id, uint64_t tier_pages,
+			     uint64_t page_bytes)
+{
+	struct md__engine *e = md__host_find(h, engine_id);
+	if (!e)
+		return -ENOENT;
+	e->tier_capacity = tier_pages;
+	e->page_bytes = page_bytes;
 	return 0;
 }
 
@@ -364,6 +379,7 @@ int md__host_engine_param_view(const struct md__host *h, uint32_t engine_id,
 	out->budget_sequence_tokens = md__engine_seq_budget_tokens(h, e);
 	out->budget_engine_pages = md__engine_page_budget(h, e, NULL);
 	out->low_watermark = p->low_watermark;
+	out->budget_tier_pages = md__engine_tier_budget(h, e);
 	for (unsigned r = 0; r < MD_REGIONS_MAX; r++) {
 		out->base[r] = p->base[r];
 		out->lambda[r] = p->lambda[r];
@@ -386,17 +402,21 @@ size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_
 			continue;
 		for (uint32_t q = 0; q < e->max_seqs; q++) {
 			const struct md__seq *s = &e->seqs[q];
-			if (!s->n_pages)
+			if (!s->n_pages && !s->n_tier) /* a session may live in the tier alone */
 				continue;
 			if (n < cap) {
-				const struct md__pos_ent *last = &s->pages[s->n_pages - 1];
 				struct md__seq_info *o = &out[n];
 				o->engine_id = e->id;
 				o->seq = q;
 				o->pages = s->n_pages;
 				o->turns = s->turn_n;
 				o->tokens_live = s->tokens_live;
-				o->span_tokens = last->first_pos + last->n_tokens;
+				/* resident pages only (the tier's are in no order) */
+				o->span_tokens = 0;
+				if (s->n_pages) {
+					const struct md__pos_ent *last = &s->pages[s->n_pages - 1];
+					o->span_tokens = last->first_pos + last->n_tokens;
+				}
 				o->clock = s->clock;
 				o->idle_ns = s->active_ns && now_ns >= s->active_ns
 						     ? now_ns - s->active_ns
@@ -407,6 +427,8 @@ size_t md__host_seqs(const struct md__host *h, uint32_t engine_id, uint64_t now_
 						 s->own_budget != MD_SEQ_ENGINE_U64;
 				o->state = s->retained ? MD_SEQ_RETAINED : MD_SEQ_RUNNING;
 				memcpy(o->session, s->session, sizeof(o->session));
+				o->tier_pages = s->n_tier;
+				o->recalls = s->recalls;
 			}
 			n++;
 		}
@@ -438,6 +460,18 @@ int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 	out->seqs_own_options = e->own_n;
 	out->seqs_retained = e->retained_n;
 	out->seq_options_applied = e->seq_opts_applied;
+	out->page_bytes = e->page_bytes;
+	out->tier_capacity = e->tier_capacity;
+	out->tier_budget = md__engine_tier_budget(h, e);
+	out->tier_pages = e->n_tier;
+	out->tier_in = e->tier_in;
+	out->estimates = e->estimates;
+	out->restores = e->restores;
+	out->recalls = e->recalls;
+	out->restores_refused = e->restores_refused;
+	out->recall_hits = e->recall_hits;
+	out->drops = e->drops;
+	out->tier_freed = e->tier_freed;
 	return 0;
 }
 
@@ -484,7 +518,11 @@ void md__host_resync_prune(struct md__host *h, uint32_t engine_id,
 		if (pg->state != MD__SLOT_LIVE)
 			continue;
 		const struct md_page_entry *pe = &table[slot];
-		int same = pe->state == MD_PAGE_LIVE && pe->seq < e->max_seqs && pe->n_tokens >= 1 &&
+		/* a tier entry of the same page is kept too: resync_page moves it
+		 * to the tier with its attention state */
+		int kept = pe->state == MD_PAGE_LIVE ||
+			   (pe->state == MD_PAGE_TIER && e->abi_minor >= 4);
+		int same = kept && pe->seq < e->max_seqs && pe->n_tokens >= 1 &&
 			   pe->n_tokens <= e->page_tokens && pg->gen == pe->generation &&
 			   pg->seq == pe->seq && pg->first_pos == pe->first_pos;
 		if (!same) {
@@ -521,7 +559,10 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 		return -MD__REJ_STATE;
 	if (slot >= e->page_capacity)
 		return -MD__REJ_SLOT;
-	if (pe->state != MD_PAGE_LIVE)
+	/* 1.4: a page in the engine's host tier (docs/tier.md); an older
+	 * engine has no such state: its entry reads as free, as before */
+	int tier = pe->state == MD_PAGE_TIER && e->abi_minor >= 4;
+	if (pe->state != MD_PAGE_LIVE && !tier)
 		return 0; /* free in the table: dropped at resync_end */
 	if (pe->seq >= e->max_seqs)
 		return -MD__REJ_SEQ;
@@ -530,7 +571,17 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 	struct md__page *pg = &e->pages[slot];
 	if (pg->state != MD__SLOT_FREE && pg->gen == pe->generation && pg->seq == pe->seq &&
 	    pg->first_pos == pe->first_pos) {
-		if (pe->n_tokens > pg->n_tokens) {
+		int off = pg->state == MD__SLOT_TIER || pg->state == MD__SLOT_DROPPING;
+		if (!tier && off) {
+			/* restored while its record was lost: live again */
+			if (md__page_to_tier(h, e, slot))
+				return -MD__REJ_STATE;
+			int rc = md__page_tier_to_live(h, e, slot);
+			if (rc)
+				return rc;
+		}
+		if (pe->n_tokens > pg->n_tokens && pg->state != MD__SLOT_TIER &&
+		    pg->state != MD__SLOT_DROPPING) {
 			struct md_stats_rec r;
 			memset(&r, 0, sizeof(r));
 			r.type = MD_REC_PAGE_GROW;
@@ -543,6 +594,11 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 			if (rc < 0)
 				return rc;
 		}
+		/* in the tier now (evicted or a restore refused while its record
+		 * was lost); a page being dropped stays so: its drop is on the way */
+		if (tier && pg->state != MD__SLOT_TIER && pg->state != MD__SLOT_DROPPING &&
+		    md__page_to_tier(h, e, slot))
+			return -MD__REJ_STATE;
 		e->pages[slot].flags |= MD__PF_SEEN;
 		return 0; /* same page: keeps its attention state */
 	}
@@ -553,6 +609,10 @@ int md__host_resync_page(struct md__host *h, uint32_t engine_id, uint32_t slot,
 			       pe->n_tokens, clock);
 	if (rc)
 		return rc;
+	if (tier && md__page_to_tier(h, e, slot)) {
+		md__page_remove(h, e, slot);
+		return -MD__REJ_STATE;
+	}
 	e->pages[slot].flags |= MD__PF_SEEN;
 	return 0;
 }

@@ -67,6 +67,12 @@ int md__host_engine_get_opts(const struct md__host *h, uint32_t engine_id,
  * parameter budget.sequence_tokens (params.c). */
 #define MD__SEQ_BUDGET_MAX (1ull << 48)
 
+/* ABI 1.4: the engine's host tier (HELLO tier_pages, page_bytes; 0 pages:
+ * none).  The engine's tier budget is the smaller of tier_pages and the
+ * parameter tier.pages when that is set.  0 or -ENOENT. */
+int md__host_engine_set_tier(struct md__host *h, uint32_t engine_id, uint64_t tier_pages,
+			     uint64_t page_bytes);
+
 /* The ABI minor the engine speaks (its HELLO; default MD_ABI_MINOR): a
  * 1.0/1.1 engine's MD_REC_SEQ_OPTS is an unknown record type. */
 int md__host_engine_set_abi_minor(struct md__host *h, uint32_t engine_id, uint32_t minor);
@@ -141,18 +147,28 @@ struct md__seq_opts_info {
 int md__host_seq_opts_get(const struct md__host *h, uint32_t engine_id, uint32_t seq,
 			  struct md__seq_opts_info *out);
 
-/* One eviction the transport must send. */
+/* One command the transport must send. */
 struct md__decision {
 	uint32_t engine_id;
 	uint32_t seq;
 	uint32_t slot;
 	uint32_t gen;
-	uint32_t reason;   /* enum md_evict_reason */
+	uint32_t reason;   /* enum md_evict_reason (MD_RESTORE_RECALL, MD_DROP_TIER_BUDGET) */
+	uint32_t type;     /* enum md_cmd_type: EVICT, RESTORE or DROP (ABI 1.4) */
 };
 
 /* Runs every scope that is over budget (sequence, engine, global) and returns
- * up to cap evictions.  Chosen pages leave the index and stop counting toward
- * occupancy at once (state "evicting") until the engine reports them freed.
+ * up to cap commands.  Chosen pages leave the index and stop counting toward
+ * occupancy at once (state "evicting") until the engine reports them freed
+ * or kept in its tier.  Then, for an engine with a host tier (ABI 1.4,
+ * docs/tier.md): tier pages over the tier budget are dropped, lowest score
+ * first (state "dropping"), and tier pages whose score an estimate raised are
+ * restored when they beat the resident page they would displace by
+ * recall.margin, at most recall.max_per_pass per engine and pass (state
+ * "restoring"; they count as resident from the decision on, and are not
+ * evicted until the engine reports them restored).  A restore that displaces
+ * a page comes right after that page's evict command; a candidate is
+ * considered only while both fit in cap (the others wait for the next call).
  * Call again while it returns cap. */
 size_t md__host_decide(struct md__host *h, struct md__decision *out, size_t cap);
 
@@ -196,6 +212,8 @@ struct md__seq_info {
 	uint32_t own_options;      /* 1: it has options of its own (ABI 1.2) */
 	uint32_t state;            /* enum md_seq_state (ABI 1.3; older engines: running) */
 	uint8_t session[MD_SEQ_SESSION_LEN]; /* its session tag, all NUL: none (ABI 1.3) */
+	uint32_t tier_pages;       /* its pages in the host tier (ABI 1.4) */
+	uint32_t recalls;          /* its pages restored from the tier */
 };
 /* Fills up to cap entries, engine (attach order) then sequence order, for
  * every engine (engine_id = UINT32_MAX) or one, idle times as of now_ns (the
@@ -221,6 +239,21 @@ struct md__engine_stats {
 	uint64_t seqs_own_options;   /* sequences with own options now */
 	uint64_t seqs_retained;      /* sequences retained for a session's next turn (1.3) */
 	uint64_t seq_options_applied; /* MD_REC_SEQ_OPTS records taken */
+	/* the host tier (1.4, docs/tier.md) */
+	uint64_t page_bytes;         /* HELLO page_bytes (0: not given) */
+	uint64_t tier_capacity;      /* HELLO tier_pages (0: no tier) */
+	uint64_t tier_budget;        /* effective tier budget, pages */
+	uint64_t tier_pages;         /* pages in the tier now (restoring and dropping
+					not included) */
+	uint64_t tier_in;            /* pages that entered the tier (MD_TIER_IN) */
+	uint64_t estimates;          /* estimate records taken */
+	uint64_t restores;           /* restore commands decided */
+	uint64_t recalls;            /* restores applied (MD_TIER_RESTORED) */
+	uint64_t restores_refused;   /* MD_TIER_REFUSED */
+	uint64_t recall_hits;        /* recalled pages attended (refreshed by real
+					attention) after their restore, once each */
+	uint64_t drops;              /* drop commands decided */
+	uint64_t tier_freed;         /* tier pages freed (dropped, their sequence ended) */
 };
 int md__host_engine_stats(const struct md__host *h, uint32_t engine_id,
 			  struct md__engine_stats *out);

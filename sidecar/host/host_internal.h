@@ -14,12 +14,23 @@ enum md__slot_state {
 	MD__SLOT_FREE = 0,
 	MD__SLOT_LIVE = 1,
 	MD__SLOT_EVICTING = 2, /* evict command sent, engine has not freed it yet */
+	/* ABI 1.4, the host tier (docs/tier.md).  A page being restored is
+	 * MD__SLOT_LIVE with MD__PF_RESTORING: resident in every count. */
+	MD__SLOT_TIER = 3,     /* its K/V in the engine's host tier: out of the order
+				  and the heaps, its attention state and refresh
+				  clocks kept, scored at its sequence's clock */
+	MD__SLOT_DROPPING = 4, /* drop command sent, engine has not freed it yet */
 };
 
 #define MD__PF_PINNED 1u   /* a token is in a pinned region */
 #define MD__PF_SINK 2u     /* recency sink page */
 #define MD__PF_PROT 4u     /* tail page or protect_recent / h2o window */
 #define MD__PF_SEEN 8u     /* resync bookkeeping */
+#define MD__PF_RESTORING 16u /* live, a restore command sent and not yet applied:
+				counted resident, never evicted (no evict may
+				overtake its restore, docs/tier.md) */
+#define MD__PF_RECALLED 32u  /* restored: its first real refresh is a recall hit */
+#define MD__PF_CAND 64u      /* tier page in the recall candidate set */
 
 #define MD__NO_HEAP UINT32_MAX
 
@@ -71,6 +82,10 @@ struct md__seq {
 	uint8_t retained;         /* MD_SEQ_RETAINED */
 	uint32_t k_published;     /* k_protect as last handed to md__host_protect_changes */
 	uint8_t kpub_queued;      /* in e->kpub_seqs */
+	/* the host tier (ABI 1.4): its pages there and being dropped (neither in
+	 * the order), its restores applied */
+	uint32_t n_tier, n_dropping;
+	uint32_t recalls;
 };
 
 #define MD__NO_CLASS 0xffu
@@ -127,6 +142,16 @@ struct md__engine {
 	uint32_t *kpub_seqs;      /* [max_seqs] */
 	uint32_t kpub_n;
 	int kpub_all;
+	/* the host tier (ABI 1.4, docs/tier.md): HELLO's capacity and page
+	 * bytes; its pages (tier_slots, tier_pos[slot]: 1 + index, 0: not
+	 * there) and the recall candidates among them (cand_slots, cand_pos),
+	 * both allocated with the first tier page: [page_capacity] each */
+	uint64_t tier_capacity, page_bytes;
+	uint32_t *tier_slots, *tier_pos;
+	uint32_t *cand_slots, *cand_pos;
+	uint32_t n_tier, n_cand, n_dropping;
+	uint64_t tier_in, estimates, restores, recalls, restores_refused, recall_hits, drops,
+		tier_freed;
 };
 
 /* the last split of budget.global_pages (settings.c) with what it was made
@@ -236,6 +261,9 @@ static inline int md__page_is_pinned(const struct md__params *p, uint64_t labels
  * of the engine's own budget and its share of budget.global_pages */
 uint64_t md__engine_page_budget(const struct md__host *h, const struct md__engine *e,
 				uint32_t *reason);
+/* the engine's tier budget in pages: HELLO tier_pages, or the parameter
+ * tier.pages when that is set and smaller (0: no tier) */
+uint64_t md__engine_tier_budget(const struct md__host *h, const struct md__engine *e);
 /* newest pages of a sequence that are protected under the engine's policy */
 uint32_t md__engine_protect_count(const struct md__host *h, const struct md__engine *e);
 uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine *e,
@@ -243,6 +271,10 @@ uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine
 /* the same for sequence q: its own policy and budget when it has them */
 uint32_t md__seq_protect_count(const struct md__host *h, const struct md__engine *e, uint32_t q,
 			       uint64_t seqs_live);
+/* the same with the engine's page budget given (the oracle replays a pass in
+ * which holdings, and so global shares, move; UINT64_MAX: the budget now) */
+uint32_t md__seq_protect_count_at(const struct md__host *h, const struct md__engine *e,
+				  uint32_t q, uint64_t seqs_live, uint64_t engine_budget);
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens);
 void md__share_cache_free(struct md__share_cache *c);
 
@@ -263,6 +295,17 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
 		  uint64_t clock);
 void md__seq_set_protect(struct md__host *h, struct md__engine *e, uint32_t seq, uint32_t k);
+/* the host tier (docs/tier.md): a tier page back into its sequence's order,
+ * refreshed, as "restoring" (0; -1: its positions are taken or no memory,
+ * nothing changed); a tier page to "dropping" */
+int md__page_restore(struct md__host *h, struct md__engine *e, uint32_t slot);
+void md__page_set_dropping(struct md__host *h, struct md__engine *e, uint32_t slot);
+/* a page (any state but free) to the tier, keeping its attention state;
+ * 0 or -1 without memory for the tier's lists */
+int md__page_to_tier(struct md__host *h, struct md__engine *e, uint32_t slot);
+/* a tier page back to live (RESTORED unasked, a resync); 0 or -reason */
+int md__page_tier_to_live(struct md__host *h, struct md__engine *e, uint32_t slot);
+void md__cand_remove(struct md__engine *e, uint32_t slot);
 /* A sequence's own options (policy, budget_sequence_tokens; MD_SEQ_ENGINE_x:
  * the engine's) and, ABI 1.3, its session state and tag (an older engine's
  * are taken as running, no tag), validated as an MD_REC_SEQ_OPTS record:

@@ -29,7 +29,9 @@ struct md__oracle_cand {
 size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *e,
 			     struct md__oracle_cand **out);
 
-/* What md__host_decide(h, out, cap) would return now; h is not modified. */
+/* What md__host_decide(h, out, cap) would return now, evictions and (ABI
+ * 1.4) the host tier's drops and restores (oracle.c, oracle_tier); h is not
+ * modified. */
 size_t md__oracle_decide(const struct md__host *h, struct md__decision *out, size_t cap);
 
 /* Same, for the host's engine with id engine_id only (bench). */

@@ -77,7 +77,7 @@ static uint32_t seq_lower_bound(const struct md__seq *s, uint64_t pos)
 static int eligible(const struct md__page *pg)
 {
 	return pg->state == MD__SLOT_LIVE &&
-	       !(pg->flags & (MD__PF_PINNED | MD__PF_SINK | MD__PF_PROT));
+	       !(pg->flags & (MD__PF_PINNED | MD__PF_SINK | MD__PF_PROT | MD__PF_RESTORING));
 }
 
 /* The heap key of a page while the engine's index is live: its policy's lower
@@ -236,6 +236,22 @@ static int seq_overlaps(const struct md__seq *s, uint64_t first_pos, uint32_t n_
 	return 0;
 }
 
+/* the protection count of a sequence that is about to get its first page */
+static void seq_first_protect(struct md__host *h, struct md__engine *e, uint32_t seq)
+{
+	struct md__seq *s = &e->seqs[seq];
+	uint32_t k0 = s->k_protect;
+	if (s->own_pos) {
+		s->k_protect = md__seq_protect_count(h, e, seq, e->seqs_live);
+	} else {
+		s->k_protect = md__engine_protect_count(h, e);
+		if (s->k_protect != e->k_applied)
+			e->k_dirty = 1;
+	}
+	if (s->k_protect != k0)
+		md__kpub_note(e, seq);
+}
+
 int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint32_t gen,
 		  uint32_t seq, uint64_t first_pos, uint64_t labels, uint32_t n_tokens,
 		  uint64_t clock)
@@ -258,18 +274,8 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	    grow_array((void **)&s->keyheap, &s->keyheap_cap, s->n_pages + 1,
 		       sizeof(s->keyheap[0])))
 		return -MD__REJ_STATE; /* out of memory: refuse the record, keep state */
-	if (s->n_pages == 0) {
-		uint32_t k0 = s->k_protect;
-		if (s->own_pos) {
-			s->k_protect = md__seq_protect_count(h, e, seq, e->seqs_live);
-		} else {
-			s->k_protect = md__engine_protect_count(h, e);
-			if (s->k_protect != e->k_applied)
-				e->k_dirty = 1;
-		}
-		if (s->k_protect != k0)
-			md__kpub_note(e, seq);
-	}
+	if (s->n_pages == 0)
+		seq_first_protect(h, e, seq);
 	if (clock > s->clock)
 		s->clock = clock;
 	s->active_ns = h->now_ns;
@@ -310,12 +316,234 @@ static int page_lookup(struct md__engine *e, uint32_t slot, uint32_t gen, struct
 	return 0;
 }
 
+/* a tier page, or one being dropped: in the engine's host memory, where no
+ * kernel attends it */
+static inline int off_device(const struct md__page *pg)
+{
+	return pg->state == MD__SLOT_TIER || pg->state == MD__SLOT_DROPPING;
+}
+
+/* ---- the host tier (ABI 1.4, docs/tier.md) ----
+ * A tier page keeps its slot, generation, labels, attention state and
+ * refresh clocks, and its sequence keeps its clock and turns, so that it is
+ * scored by its policy's own function at its sequence's clock like any page.
+ * It is in no order and no heap: the tier's list (for drops) and, once an
+ * estimate came, the candidate set (for recalls) hold it, each with O(1)
+ * removal by position. */
+
+static int tier_arrays(struct md__engine *e)
+{
+	if (e->tier_slots)
+		return 0;
+	size_t n = e->page_capacity;
+	e->tier_slots = malloc(n * sizeof(uint32_t));
+	e->tier_pos = calloc(n, sizeof(uint32_t));
+	e->cand_slots = malloc(n * sizeof(uint32_t));
+	e->cand_pos = calloc(n, sizeof(uint32_t));
+	if (e->tier_slots && e->tier_pos && e->cand_slots && e->cand_pos)
+		return 0;
+	free(e->tier_slots);
+	free(e->tier_pos);
+	free(e->cand_slots);
+	free(e->cand_pos);
+	e->tier_slots = e->tier_pos = e->cand_slots = e->cand_pos = NULL;
+	return -1;
+}
+
+/* swap-remove of slot from list/pos of *n entries */
+static void list_del(uint32_t *list, uint32_t *pos, uint32_t *n, uint32_t slot)
+{
+	uint32_t i = pos[slot] - 1, last = list[--*n];
+	list[i] = last;
+	pos[last] = i + 1;
+	pos[slot] = 0;
+}
+
+static void cand_add(struct md__engine *e, uint32_t slot)
+{
+	if (e->cand_pos[slot])
+		return;
+	e->cand_slots[e->n_cand++] = slot;
+	e->cand_pos[slot] = e->n_cand;
+	e->pages[slot].flags |= MD__PF_CAND;
+}
+
+void md__cand_remove(struct md__engine *e, uint32_t slot)
+{
+	if (!e->cand_pos || !e->cand_pos[slot])
+		return;
+	list_del(e->cand_slots, e->cand_pos, &e->n_cand, slot);
+	e->pages[slot].flags &= (uint8_t)~MD__PF_CAND;
+}
+
+/* the page leaves the tier's list and the candidate set (its state is the
+ * caller's to set) */
+static void tier_del(struct md__engine *e, uint32_t slot)
+{
+	md__cand_remove(e, slot);
+	list_del(e->tier_slots, e->tier_pos, &e->n_tier, slot);
+	e->seqs[e->pages[slot].seq].n_tier--;
+}
+
+int md__page_to_tier(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	if (pg->state == MD__SLOT_TIER)
+		return 0;
+	if (tier_arrays(e))
+		return -1;
+	switch (pg->state) {
+	case MD__SLOT_LIVE: /* refused restore, or a resync */
+		seq_erase(h, e, slot);
+		s->tokens_live -= pg->n_tokens;
+		e->tokens_live -= pg->n_tokens;
+		e->pages_live--;
+		md__ob_note(e, pg->seq);
+		break;
+	case MD__SLOT_EVICTING:
+		e->pages_evicting--;
+		s->n_evicting--;
+		break;
+	case MD__SLOT_DROPPING:
+		e->n_dropping--;
+		s->n_dropping--;
+		break;
+	}
+	pg->state = MD__SLOT_TIER;
+	pg->flags &= (uint8_t)~(MD__PF_RESTORING | MD__PF_RECALLED | MD__PF_PROT | MD__PF_CAND);
+	e->keyheap_pos[slot] = MD__NO_HEAP;
+	e->tier_slots[e->n_tier++] = slot;
+	e->tier_pos[slot] = e->n_tier;
+	s->n_tier++;
+	return 0;
+}
+
+/* a tier page back into its sequence's order, live (its flags decide
+ * whether the index takes it: a restoring page it does not).  first: the
+ * protection count of a sequence with no page is set as by a page open
+ * (ingest); a decision pass keeps the one it applied.  0 or -reason, and
+ * then nothing changed. */
+static int tier_to_order(struct md__host *h, struct md__engine *e, uint32_t slot, int first)
+{
+	struct md__page *pg = &e->pages[slot];
+	struct md__seq *s = &e->seqs[pg->seq];
+	uint32_t at;
+	if (seq_overlaps(s, pg->first_pos, pg->n_tokens, UINT32_MAX, &at))
+		return -MD__REJ_POS; /* another page took its positions */
+	if (grow_array((void **)&s->pages, &s->cap_pages, s->n_pages + 1, sizeof(s->pages[0])) ||
+	    grow_array((void **)&s->keyheap, &s->keyheap_cap, s->n_pages + 1,
+		       sizeof(s->keyheap[0])))
+		return -MD__REJ_STATE;
+	if (first && s->n_pages == 0)
+		seq_first_protect(h, e, pg->seq);
+	tier_del(e, slot);
+	pg->state = MD__SLOT_LIVE;
+	e->keyheap_pos[slot] = MD__NO_HEAP;
+	s->tokens_live += pg->n_tokens;
+	e->tokens_live += pg->n_tokens;
+	e->pages_live++;
+	md__ob_note(e, pg->seq);
+	seq_insert(h, e, slot, at);
+	md__page_reindex(h, e, slot);
+	return 0;
+}
+
+int md__page_tier_to_live(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	return tier_to_order(h, e, slot, 1);
+}
+
+/* A decided restore: the page counts as resident from now on, and is
+ * refreshed as a page open would (every token's refresh clock = its
+ * sequence's clock), but it stays out of the heaps until the engine reports
+ * it restored: an evict sent after the restore could otherwise overtake it. */
+int md__page_restore(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	struct md__page *pg = &e->pages[slot];
+	pg->flags |= MD__PF_RESTORING;
+	if (tier_to_order(h, e, slot, 0)) {
+		pg->flags &= (uint8_t)~MD__PF_RESTORING;
+		return -1;
+	}
+	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
+	uint64_t clock = e->seqs[pg->seq].clock;
+	for (unsigned k = 0; k < e->page_tokens; k++)
+		tr[k] = clock;
+	return 0;
+}
+
+void md__page_set_dropping(struct md__host *h, struct md__engine *e, uint32_t slot)
+{
+	(void)h;
+	struct md__page *pg = &e->pages[slot];
+	tier_del(e, slot);
+	pg->state = MD__SLOT_DROPPING;
+	e->n_dropping++;
+	e->seqs[pg->seq].n_dropping++;
+}
+
+/* MD_REC_PAGE_TIER (1.4): the engine's side of a page's way between the
+ * device and its tier.  IN only for a page being evicted; RESTORED and
+ * REFUSED only for a tier or restoring page (a RESTORED tier page the daemon
+ * did not ask for, e.g. after a resync, is taken: it is live again). */
+static int page_tier(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+{
+	if (e->abi_minor < 4)
+		return -MD__REJ_TYPE; /* not a record of the ABI it speaks */
+	struct md__page *pg;
+	int rc = page_lookup(e, r->slot, r->gen, &pg);
+	if (rc)
+		return rc;
+	int restoring = pg->state == MD__SLOT_LIVE && (pg->flags & MD__PF_RESTORING);
+	switch (r->u.tier.event) {
+	case MD_TIER_IN:
+		if (pg->state != MD__SLOT_EVICTING)
+			return -MD__REJ_STATE;
+		if (md__page_to_tier(h, e, r->slot))
+			return -MD__REJ_STATE; /* no memory: refuse, keep state */
+		e->tier_in++;
+		return 0;
+	case MD_TIER_RESTORED:
+		if (restoring) {
+			pg->flags &= (uint8_t)~MD__PF_RESTORING;
+			md__page_reindex(h, e, r->slot); /* evictable from now on */
+		} else if (pg->state == MD__SLOT_TIER) {
+			rc = tier_to_order(h, e, r->slot, 1);
+			if (rc)
+				return rc;
+			uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
+			uint64_t clock = e->seqs[pg->seq].clock;
+			for (unsigned k = 0; k < e->page_tokens; k++)
+				tr[k] = clock;
+		} else {
+			return -MD__REJ_STATE;
+		}
+		pg->flags |= MD__PF_RECALLED;
+		e->recalls++;
+		e->seqs[pg->seq].recalls++;
+		return 0;
+	case MD_TIER_REFUSED:
+		if (restoring) {
+			if (md__page_to_tier(h, e, r->slot))
+				return -MD__REJ_STATE;
+		} else if (pg->state != MD__SLOT_TIER) {
+			return -MD__REJ_STATE;
+		}
+		e->restores_refused++;
+		return 0;
+	default:
+		return -MD__REJ_TYPE; /* an event this ABI does not know */
+	}
+}
+
 void md__page_set_evicting(struct md__host *h, struct md__engine *e, uint32_t slot)
 {
 	struct md__page *pg = &e->pages[slot];
 	struct md__seq *s = &e->seqs[pg->seq];
 	seq_erase(h, e, slot);
 	pg->state = MD__SLOT_EVICTING;
+	pg->flags &= (uint8_t)~MD__PF_RECALLED;
 	s->n_evicting++;
 	s->tokens_live -= pg->n_tokens;
 	e->tokens_live -= pg->n_tokens;
@@ -337,6 +565,13 @@ void md__page_remove(struct md__host *h, struct md__engine *e, uint32_t slot)
 	} else if (pg->state == MD__SLOT_EVICTING) {
 		e->pages_evicting--;
 		e->seqs[pg->seq].n_evicting--;
+	} else if (pg->state == MD__SLOT_TIER) {
+		tier_del(e, slot);
+		e->tier_freed++;
+	} else if (pg->state == MD__SLOT_DROPPING) {
+		e->n_dropping--;
+		e->seqs[pg->seq].n_dropping--;
+		e->tier_freed++;
 	}
 	pg->state = MD__SLOT_FREE;
 	pg->flags = 0;
@@ -459,11 +694,20 @@ void md__seq_release_all(struct md__host *h, struct md__engine *e, uint32_t seq)
 	struct md__seq *s = &e->seqs[seq];
 	while (s->n_pages)
 		md__page_remove(h, e, s->pages[s->n_pages - 1].slot);
-	if (s->n_evicting) { /* rare: only pages this daemon chose */
-		for (uint32_t i = 0; i < e->page_capacity && s->n_evicting; i++)
-			if (e->pages[i].state == MD__SLOT_EVICTING && e->pages[i].seq == seq)
+	if (s->n_tier) { /* the tier's list holds them: its length, not the table's */
+		for (uint32_t i = e->n_tier; i-- > 0 && s->n_tier;) {
+			uint32_t slot = e->tier_slots[i];
+			if (e->pages[slot].seq == seq)
+				md__page_remove(h, e, slot); /* moves the last entry here */
+		}
+	}
+	if (s->n_evicting || s->n_dropping) { /* rare: only pages this daemon chose */
+		for (uint32_t i = 0; i < e->page_capacity && (s->n_evicting || s->n_dropping); i++)
+			if ((e->pages[i].state == MD__SLOT_EVICTING ||
+			     e->pages[i].state == MD__SLOT_DROPPING) && e->pages[i].seq == seq)
 				md__page_remove(h, e, i);
 	}
+	s->recalls = 0;
 	s->clock = 0;
 	s->tokens_live = 0;
 	s->turn_n = 0;
@@ -481,6 +725,8 @@ static int page_grow(struct md__host *h, struct md__engine *e, const struct md_s
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
 	if (rc)
 		return rc;
+	if (off_device(pg))
+		return -MD__REJ_STATE; /* no kernel writes to it */
 	uint32_t n = r->u.page.n_tokens, old = pg->n_tokens;
 	if (n <= old || n > e->page_tokens)
 		return -MD__REJ_TOKENS;
@@ -552,8 +798,22 @@ static inline void attn_rekey(struct md__host *h, struct md__engine *e, uint32_t
 		md__heap_lower_key(e, s, slot, key * MD__REKEY_SLACK);
 }
 
-/* Returns the refreshed tokens' mask (>= 0) or -reason. */
-static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
+/* real attention refreshed a page restored from the tier: a recall hit,
+ * counted once per restore */
+static inline void recall_hit(struct md__engine *e, struct md__page *pg, unsigned mask)
+{
+	if (mask && (pg->flags & MD__PF_RECALLED)) {
+		pg->flags &= (uint8_t)~MD__PF_RECALLED;
+		e->recall_hits++;
+	}
+}
+
+/* Returns the refreshed tokens' mask (>= 0) or -reason.  est: the record is
+ * an estimate (MD_REC_F_ESTIMATE, 1.4): valid only for a tier or restoring
+ * page, applied exactly as attention, and a tier page becomes a recall
+ * candidate; real attention is invalid for a page off the device. */
+static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
+		     int est)
 {
 	struct md__page *pg;
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
@@ -562,8 +822,20 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 	float m = r->u.attn_page.mass;
 	if (!(m >= 0.0f) || !(m <= MD__MASS_PER_TOKEN_MAX * (float)e->page_tokens))
 		return -MD__REJ_MASS; /* also NaN and Inf */
-	if (pg->state != MD__SLOT_LIVE)
+	if (est) {
+		if (pg->state == MD__SLOT_TIER) {
+			if (tier_arrays(e)) /* held since the page entered the tier */
+				return -MD__REJ_STATE;
+			cand_add(e, r->slot);
+		} else if (!(pg->state == MD__SLOT_LIVE && (pg->flags & MD__PF_RESTORING))) {
+			return -MD__REJ_STATE;
+		}
+		e->estimates++;
+	} else if (off_device(pg)) {
+		return -MD__REJ_STATE;
+	} else if (pg->state != MD__SLOT_LIVE) {
 		return 0; /* eviction pending: nothing left to decide */
+	}
 	struct md__seq *s = &e->seqs[pg->seq];
 	double beta = h->params.beta, mass = (double)m;
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * mass;
@@ -575,6 +847,8 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 		for (unsigned bits = mask; bits; bits &= bits - 1)
 			tr[__builtin_ctz(bits)] = s->clock;
 	}
+	if (!est)
+		recall_hit(e, pg, mask);
 	attn_rekey(h, e, r->slot, pg);
 	return (int)mask;
 }
@@ -585,6 +859,8 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	int rc = page_lookup(e, r->slot, r->gen, &pg);
 	if (rc)
 		return rc;
+	if (off_device(pg))
+		return -MD__REJ_STATE;
 	unsigned t0 = r->token0, c = r->count;
 	if (c < 1 || c > MD_ATTN_TOKENS_PER_REC || t0 + c > pg->n_tokens)
 		return -MD__REJ_TOKENS;
@@ -613,6 +889,7 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 			bits |= 1u << (t0 + i);
 		}
 	}
+	recall_hit(e, pg, bits);
 	attn_rekey(h, e, r->slot, pg);
 	return (int)bits;
 }
@@ -690,9 +967,20 @@ int md__relabel_step(struct md__host *h, struct md__engine *e, const struct md_s
 
 int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r)
 {
+	int est = 0;
+	if (e->abi_minor >= 4 && r->flags) {
+		/* 1.4 defines one flag, for attention records of a page; any
+		 * other bit is a record this ABI does not know (before 1.4 the
+		 * word is ignored, as it always was) */
+		if (r->flags != MD_REC_F_ESTIMATE || r->type != MD_REC_ATTN_PAGE)
+			return -MD__REJ_TYPE;
+		est = 1;
+	}
 	switch (r->type) {
 	case MD_REC_ATTN_PAGE:
-		return attn_page(h, e, r);
+		return attn_page(h, e, r, est);
+	case MD_REC_PAGE_TIER:
+		return page_tier(h, e, r);
 	case MD_REC_ATTN_TOKENS:
 		return attn_tokens(h, e, r);
 	case MD_REC_STEP: {
@@ -715,6 +1003,10 @@ int md__page_ingest(struct md__host *h, struct md__engine *e, const struct md_st
 		int rc = page_lookup(e, r->slot, r->gen, &pg);
 		if (rc)
 			return rc;
+		/* any reason frees a page; DROPPED (1.4) says the page was in
+		 * the tier, so it must have been */
+		if (e->abi_minor >= 4 && r->u.free.reason == MD_FREE_DROPPED && !off_device(pg))
+			return -MD__REJ_STATE;
 		md__page_remove(h, e, r->slot);
 		return 0;
 	}

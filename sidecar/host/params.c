@@ -44,6 +44,9 @@ void md__params_defaults(struct md__params *p)
 	p->protect_recent = 1;
 	policy_key_defaults(p);
 	p->low_watermark = 1.0;
+	p->tier_pages = 0;
+	p->recall_margin = 0.05;
+	p->recall_max_per_pass = 4;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;
 	p->nap_ms = 50;
@@ -147,6 +150,13 @@ static const struct md__param_key tail_keys[] = {
 	{"budget.engine_pages", MD__KEY_U64, OFF(budget_engine_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
 	{"budget.global_pages", MD__KEY_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
 	{"budget.low_watermark", MD__KEY_DOUBLE, OFF(low_watermark), 0, 1, 1, 0, 0, 0, 0, 0},
+	/* the host tier (docs/tier.md): pages an engine may keep there (0: its
+	 * HELLO tier_pages), the score a tier page must beat the page it would
+	 * displace by, restores per engine and pass (0: recall off; bounded so
+	 * that one pass stays short) */
+	{"tier.pages", MD__KEY_U64, OFF(tier_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
+	{"recall.margin", MD__KEY_DOUBLE, OFF(recall_margin), 0, 1e9, 0, 0, 0, 0, 0, 0},
+	{"recall.max_per_pass", MD__KEY_U32, OFF(recall_max_per_pass), 0, 0, 0, 0, 0, 4096, 0, 0},
 	{"daemon.heartbeat_timeout_ms", MD__KEY_U32, OFF(heartbeat_timeout_ms), 0, 0, 0, 0, 1, UINT32_MAX, 0, 0},
 	/* 0: never detach an engine for violations */
 	{"daemon.violation_limit", MD__KEY_U32, OFF(violation_limit), 0, 0, 0, 0, 0, UINT32_MAX, 0, 0},

@@ -39,6 +39,10 @@ struct md__params {
 	uint64_t budget_engine_pages;
 	uint64_t budget_global_pages;
 	double low_watermark;                 /* budget.low_watermark, (0, 1] */
+	/* the host tier and recall (ABI 1.4, docs/tier.md) */
+	uint64_t tier_pages;                  /* tier.pages: 0 = each engine's HELLO tier_pages */
+	double recall_margin;                 /* recall.margin, score units, >= 0 */
+	uint32_t recall_max_per_pass;         /* recall.max_per_pass: 0 = recall off */
 	/* daemon */
 	uint32_t heartbeat_timeout_ms;        /* daemon.heartbeat_timeout_ms */
 	uint32_t violation_limit;             /* daemon.violation_limit */

@@ -200,11 +200,19 @@ uint32_t md__engine_protect_count(const struct md__host *h, const struct md__eng
 	return md__protect_count_for(h, e, e->seqs_live);
 }
 
+uint64_t md__engine_tier_budget(const struct md__host *h, const struct md__engine *e)
+{
+	uint64_t t = h->params.tier_pages;
+	return t && t < e->tier_capacity ? t : e->tier_capacity;
+}
+
+#define EBUDGET_NOW UINT64_MAX /* protect_count: ask md__engine_page_budget */
+
 /* tail page and protect_recent, or the policy's window if larger, for a
  * sequence under policy with token budget bseq (0: its share of the engine's
- * page budget) */
+ * page budget ebudget, EBUDGET_NOW: the budget now, asked only when needed) */
 static uint32_t protect_count(const struct md__host *h, const struct md__engine *e,
-			      uint32_t policy, uint64_t bseq, uint64_t seqs_live)
+			      uint32_t policy, uint64_t bseq, uint64_t seqs_live, uint64_t ebudget)
 {
 	uint64_t k = 1 + (uint64_t)h->params.protect_recent;
 	const struct md__policy *pol = md__policy_get(policy);
@@ -213,7 +221,8 @@ static uint32_t protect_count(const struct md__host *h, const struct md__engine 
 		if (bseq)
 			bp = (bseq + e->page_tokens - 1) / e->page_tokens;
 		else
-			bp = md__engine_page_budget(h, e, NULL) / (seqs_live ? seqs_live : 1);
+			bp = (ebudget == EBUDGET_NOW ? md__engine_page_budget(h, e, NULL) : ebudget) /
+			     (seqs_live ? seqs_live : 1);
 		uint64_t w = pol->window_pages(&h->params, bp);
 		if (w > k)
 			k = w;
@@ -225,17 +234,24 @@ uint32_t md__protect_count_for(const struct md__host *h, const struct md__engine
 			       uint64_t seqs_live)
 {
 	return protect_count(h, e, md__engine_policy(h, e), md__engine_seq_budget_tokens(h, e),
-			     seqs_live);
+			     seqs_live, EBUDGET_NOW);
+}
+
+uint32_t md__seq_protect_count_at(const struct md__host *h, const struct md__engine *e,
+				  uint32_t q, uint64_t seqs_live, uint64_t engine_budget)
+{
+	const struct md__seq *s = &e->seqs[q];
+	if (!s->own_pos)
+		return protect_count(h, e, md__engine_policy(h, e),
+				     md__engine_seq_budget_tokens(h, e), seqs_live, engine_budget);
+	return protect_count(h, e, md__seq_policy(h, e, s), md__seq_budget_tokens(h, e, s),
+			     seqs_live, engine_budget);
 }
 
 uint32_t md__seq_protect_count(const struct md__host *h, const struct md__engine *e, uint32_t q,
 			       uint64_t seqs_live)
 {
-	const struct md__seq *s = &e->seqs[q];
-	if (!s->own_pos)
-		return md__protect_count_for(h, e, seqs_live);
-	return protect_count(h, e, md__seq_policy(h, e, s), md__seq_budget_tokens(h, e, s),
-			     seqs_live);
+	return md__seq_protect_count_at(h, e, q, seqs_live, EBUDGET_NOW);
 }
 
 uint32_t md__dominant_region(uint64_t labels, uint32_t n_tokens)
