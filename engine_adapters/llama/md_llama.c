@@ -244,6 +244,8 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 static int md__apply_one(void *ctx, const struct md_evict *ev)
 {
 	md_llama *a = ctx;
+	if (ev->type != MD_CMD_EVICT)
+		return 0;   /* no host tier: the library hands over evicts only */
 	int32_t p = ev->slot < a->page_cap ? a->slot_to_page[ev->slot] : -1;
 	if (p < 0 || !a->pages[p].live || !a->pages[p].registered || a->pages[p].gen != ev->gen) {
 		a->st.cmds_stale++;

@@ -303,6 +303,12 @@ static int apply_one(void *ctx, const struct md_evict *ev)
 	struct page *pg = &pages[ev->slot];
 	uint64_t applied_ns = md_now_ns();
 	st.cmds_seen++;
+	/* No host tier here (tier_pages 0): the library hands over evicts only,
+	 * so anything else would be its bug; keep the page. */
+	if (ev->type != MD_CMD_EVICT) {
+		st.stale_applied++;
+		return 0;
+	}
 	if (ev->slot >= capacity || !pg->live) {
 		st.double_freed++;   /* would free a page already gone */
 		return 0;

@@ -30,7 +30,8 @@ int main(void)
 			     F(md_client_config, tp_size), F(md_client_config, policy),
 			     F(md_client_config, budget_engine_pages),
 			     F(md_client_config, budget_sequence_tokens),
-			     F(md_client_config, weight)));
+			     F(md_client_config, weight), F(md_client_config, tier_pages),
+			     F(md_client_config, page_bytes)));
 	S(md_params_view, (F(md_params_view, policy), F(md_params_view, norm_mode),
 			   F(md_params_view, tau), F(md_params_view, budget_sequence_tokens),
 			   F(md_params_view, budget_engine_pages), F(md_params_view, protect_recent),
@@ -39,7 +40,7 @@ int main(void)
 			   F(md_params_view, low_watermark), F(md_params_view, base),
 			   F(md_params_view, lambda)));
 	S(md_evict, (F(md_evict, seq), F(md_evict, slot), F(md_evict, gen), F(md_evict, reason),
-		     F(md_evict, decided_ns)));
+		     F(md_evict, decided_ns), F(md_evict, type), F(md_evict, resv)));
 	S(md_client_counters, (F(md_client_counters, attn_dropped),
 			       F(md_client_counters, lifecycle_dropped),
 			       F(md_client_counters, resyncs), F(md_client_counters, cmds_applied),

@@ -120,6 +120,45 @@ class Offline(unittest.TestCase):
             c.close()
 
 
+    def test_tier_detached(self):
+        # ABI 1.4: the tier's calls are there and fail open without a daemon
+        with tempfile.TemporaryDirectory() as d:
+            sock = os.path.join(d, "none.sock")
+            with self.assertRaises(memdecay.MemDecayError):
+                memdecay.Client(socket_path=sock, page_capacity=8, tier_pages=9)
+            c = memdecay.Client(socket_path=sock, page_capacity=8, tier_pages=8,
+                                page_bytes=1 << 20)
+            self.assertEqual(c.tier_budget(), 0)
+            self.assertEqual(c.tier_pages(), 0)
+            slot, _ = c.page_open(0, 0, 16, 0)
+            self.assertEqual(c.seq_tier_pages(0), [])
+            self.assertEqual(c.page_info(slot)["state"], memdecay.PAGE_LIVE)
+            b = c.batch()
+            b.slots[0], b.mass[0] = slot, 0.5
+            r = c.publish_estimates(b, 1)
+            self.assertEqual((r.published, r.skipped), (0, 1))   # resident: no estimate
+            r = c.settle_recall(100, apply=lambda ev: memdecay.KEPT_IN_TIER)
+            self.assertEqual(r.outcome, memdecay.Settle.DETACHED)
+            self.assertFalse(r.waited)
+            with self.assertRaises(ValueError):
+                c.settle_recall(10)
+            c.close()
+
+    def test_callback_answers(self):
+        # what an apply callback's value becomes for the C library
+        cb, err = memdecay.Client._callback(lambda ev: ev.slot)
+        ev = _lib._Evict(seq=0, slot=0, type=memdecay.CMD_EVICT)
+        import ctypes
+        p = ctypes.pointer(ev)
+        for slot, want in ((0, 0), (1, 1), (2, memdecay.KEPT_IN_TIER), (5, 1)):
+            ev.slot = slot
+            self.assertEqual(cb(None, p), want, slot)
+        for val, want in ((True, 1), (False, 0), (None, 0)):
+            cb, err = memdecay.Client._callback(lambda ev, v=val: v)
+            self.assertEqual(cb(None, p), want, val)
+        self.assertEqual(err, [])
+
+
 class WithDaemon(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()

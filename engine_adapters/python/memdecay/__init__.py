@@ -22,19 +22,30 @@ The engine contract (docs/adapters.md) is the library's too: per-sequence
 options (`seq_set_options`), the tokens the daemon never evicts (`seq_floor`),
 commands applied through a callback (`apply_commands`), the bounded wait when a
 sequence is over budget (`settle`) and reattach (`maintain`).
+
+The host tier (ABI 1.4, docs/tier.md): an engine that keeps evicted pages' K/V
+in host memory creates its client with `tier_pages` (and `page_bytes`), returns
+KEPT_IN_TIER from its apply callback for an evict it kept there, applies the
+daemon's restores and drops through the same callback (`ev.type`), publishes
+its estimates for tier pages (`publish_estimates`) and waits for the recall
+decision at the end of a prefill (`settle_recall`).
 """
 import collections
 import ctypes
 import enum
 
-from ._lib import (APPLY_FN, DETACHED, EVICTED, NOTSUP, REFUSED, FINISHED, FULL, SEQ_ENGINE,
-                   SEQ_RETAINED, SEQ_RUNNING, SESSION_LEN, MemDecayError, load_library,
+from ._lib import (APPLY_FN, CMD_DROP, CMD_EVICT, CMD_RESTORE, DETACHED, DROPPED, EVICTED,
+                   KEPT_IN_TIER, NOTSUP, PAGE_FREE, PAGE_LIVE, PAGE_TIER, REFUSED, FINISHED,
+                   FULL, SEQ_ENGINE, SEQ_RETAINED, SEQ_RUNNING, SESSION_LEN, MemDecayError,
+                   load_library,
                    strerror, _BatchResult, _Config, _Counters, _Evict, _PageEntry, _ParamsView,
                    _SeqOptions, _SettleResult)
 from .names import Region, policy_from_name, policy_names, region_names
 
 __all__ = ["Client", "Batch", "Region", "Settle", "SettleResult", "labels", "MemDecayError",
-           "DETACHED", "FULL", "NOTSUP", "FINISHED", "EVICTED", "PAGE_TOKENS_MAX",
+           "DETACHED", "FULL", "NOTSUP", "FINISHED", "EVICTED", "DROPPED", "CMD_EVICT",
+           "CMD_RESTORE", "CMD_DROP", "KEPT_IN_TIER", "PAGE_FREE", "PAGE_LIVE", "PAGE_TIER",
+           "PAGE_TOKENS_MAX",
            "load_library", "strerror", "control", "region_names", "policy_names",
            "policy_from_name"]
 
@@ -51,8 +62,9 @@ class Settle(enum.IntEnum):
 
 
 SettleResult = collections.namedtuple("SettleResult", "outcome applied waited wait_ns")
-SettleResult.__doc__ = """Result of `Client.settle`: outcome (a `Settle`), applied (pages
-the callback freed), waited (True if it waited at all), wait_ns."""
+SettleResult.__doc__ = """Result of `Client.settle` (and settle_engine, settle_recall):
+outcome (a `Settle`), applied (commands the callback applied), waited (True if
+it waited at all), wait_ns."""
 
 
 def labels(regions):
@@ -120,7 +132,7 @@ class Client:
     def __init__(self, socket_path=None, engine_name="python", page_tokens=16,
                  page_capacity=1024, max_seqs=4, policy=None, budget_engine_pages=-1,
                  budget_sequence_tokens=-1, weight=0.0, tp_rank=0, tp_size=0,
-                 require_daemon=False, library=None):
+                 require_daemon=False, library=None, tier_pages=0, page_bytes=0):
         self._lib = load_library(library)
         self._lib_path = library
         self._c = None
@@ -137,6 +149,8 @@ class Client:
         cfg.budget_engine_pages = budget_engine_pages
         cfg.budget_sequence_tokens = budget_sequence_tokens
         cfg.weight = weight
+        cfg.tier_pages = tier_pages
+        cfg.page_bytes = page_bytes
         out = ctypes.c_void_p()
         create = (self._lib.md_client_create_attached if require_daemon
                   else self._lib.md_client_create)
@@ -293,12 +307,17 @@ class Client:
         return self._check(self._lib.md_wait_commands(self._c, timeout_ms), "wait for commands")
 
     def apply_commands(self, fn):
-        """Hands every pending evict command to fn(ev) (an `Evict` with seq,
-        slot, gen, reason, decided_ns); returns the pages applied.  fn frees
-        the page in the engine and returns True, or returns False to keep it
-        (the daemon may command it again).  A page fn freed but did not report
-        with page_free(slot, EVICTED) is reported by the library.  An exception
-        in fn stops the loop and is raised here."""
+        """Hands every pending command to fn(ev) (an `Evict` with type, seq,
+        slot, gen, reason, decided_ns); returns the commands applied.  For an
+        evict (CMD_EVICT, the only type without a host tier) fn frees the page
+        in the engine and returns True, returns KEPT_IN_TIER when it kept the
+        page's K/V in its host tier (ABI 1.4; NOTSUP is raised without a
+        tier), or returns False to keep it resident (the daemon may command it
+        again).  For a restore (CMD_RESTORE) True when the page is back on the
+        device, False when refused; for a drop (CMD_DROP) True when its host
+        copy is released, False to keep it.  A page fn freed but did not
+        report with page_free(slot, EVICTED) is reported by the library.  An
+        exception in fn stops the loop and is raised here."""
         cb, err = self._callback(fn)
         rc = self._lib.md_apply_commands(self._c, cb, None)
         return self._after_callback(rc, err, "apply commands")
@@ -430,6 +449,50 @@ class Client:
         self._after_callback(rc, err, "settle the engine's pages")
         return SettleResult(Settle(res.outcome), res.applied, bool(res.waited), res.wait_ns)
 
+    # ---- the host tier and recall (ABI 1.4, docs/tier.md) ----
+    def tier_budget(self):
+        """Pages the daemon lets this engine keep in its host tier (0: no
+        tier: none asked for, or a daemon older than ABI 1.4)."""
+        return self._lib.md_client_tier_budget(self._c)
+
+    def tier_pages(self):
+        """Pages in the host tier now."""
+        return self._lib.md_client_tier_pages(self._c)
+
+    def seq_tier_pages(self, seq):
+        """seq's tier slots, first position ascending."""
+        n = self._check(self._lib.md_seq_tier_pages(self._c, seq, None, 0),
+                        "tier pages of %d" % seq)
+        buf = (ctypes.c_uint32 * max(n, 1))()
+        n = self._check(self._lib.md_seq_tier_pages(self._c, seq, buf, n),
+                        "tier pages of %d" % seq)
+        return list(buf[:n])
+
+    def publish_estimates(self, batch, n_pages, refresh=True):
+        """The estimated attention of tier pages: batch's first n_pages
+        (slot, mass, refresh) entries as ATTN_PAGE records flagged estimates
+        (slots not in the tier are skipped).  Returns the batch's result, as
+        publish."""
+        if not 0 <= n_pages <= batch.capacity:
+            raise ValueError("n_pages %d outside 0..%d" % (n_pages, batch.capacity))
+        self._check(self._lib.md_publish_estimates(
+            self._c, batch._slots, batch._mass, batch._refresh if refresh else None, n_pages,
+            ctypes.byref(batch.result)), "publish estimates for %d pages" % n_pages)
+        return batch.result
+
+    def settle_recall(self, timeout_ms=20, apply=None):
+        """At the end of a prefill: applies commands through apply (restores
+        among them) until the daemon has consumed and decided on every record
+        published so far, for at most timeout_ms (md_settle_recall).  Returns
+        a SettleResult (OK, TIMEOUT or DETACHED: go on without the recall)."""
+        if apply is None:
+            raise ValueError("settle_recall needs apply, the engine's way to apply a command")
+        res = _SettleResult()
+        cb, err = self._callback(apply)
+        rc = self._lib.md_settle_recall(self._c, int(timeout_ms), cb, None, ctypes.byref(res))
+        self._after_callback(rc, err, "wait for the recall decision")
+        return SettleResult(Settle(res.outcome), res.applied, bool(res.waited), res.wait_ns)
+
     def maintain(self, heartbeat_timeout_ms=0, retry_ms=0):
         """At every step boundary: checks the daemon and, detached, tries to
         reattach (at most every retry_ms, 0: 1000, backing off to 2 s),
@@ -447,7 +510,9 @@ class Client:
             if err:
                 return -1
             try:
-                return 1 if fn(_Evict.from_buffer_copy(evp.contents)) else 0
+                r = fn(_Evict.from_buffer_copy(evp.contents))
+                # KEPT_IN_TIER as itself, anything else as a truth value
+                return KEPT_IN_TIER if r == KEPT_IN_TIER else (1 if r else 0)
             except BaseException as e:   # noqa: B902 (re-raised after the C call)
                 err.append(e)
                 return -1

@@ -12,6 +12,12 @@ DETACHED = -1004
 FULL = -1005
 FINISHED = 0
 EVICTED = 1
+DROPPED = 2         # MD_FREE_DROPPED (ABI 1.4): a tier page's host copy released
+# enum md_cmd_type (ABI 1.4: restore and drop come only to an engine with a host tier)
+CMD_EVICT, CMD_RESTORE, CMD_DROP = 1, 2, 3
+# what an apply callback returns for an evict it kept in the host tier (ABI 1.4)
+KEPT_IN_TIER = 2
+PAGE_FREE, PAGE_LIVE, PAGE_TIER = 0, 1, 2   # enum md_page_state
 NOTSUP = -errno.ENOTSUP   # md_seq_set_options: a 1.0/1.1 daemon (kept in the mirror)
 SEQ_ENGINE = 0xFFFFFFFF   # MD_SEQ_ENGINE_U32: a sequence option left to the engine
 SEQ_RUNNING, SEQ_RETAINED = 0, 1   # enum md_seq_state (ABI 1.3)
@@ -26,7 +32,7 @@ class _Config(ctypes.Structure):
                 ("page_tokens", _u32), ("page_capacity", _u32), ("max_seqs", _u32),
                 ("tp_rank", _u32), ("tp_size", _u32), ("policy", ctypes.c_char_p),
                 ("budget_engine_pages", _i64), ("budget_sequence_tokens", _i64),
-                ("weight", ctypes.c_double)]
+                ("weight", ctypes.c_double), ("tier_pages", _u64), ("page_bytes", _u64)]
 
 
 class _ParamsView(ctypes.Structure):
@@ -40,11 +46,11 @@ class _ParamsView(ctypes.Structure):
 
 class _Evict(ctypes.Structure):
     _fields_ = [("seq", _u32), ("slot", _u32), ("gen", _u32), ("reason", _u32),
-                ("decided_ns", _u64)]
+                ("decided_ns", _u64), ("type", _u32), ("resv", _u32)]
 
     def __repr__(self):
-        return "Evict(seq=%d, slot=%d, gen=%d, reason=%d)" % (self.seq, self.slot, self.gen,
-                                                              self.reason)
+        return "Evict(type=%d, seq=%d, slot=%d, gen=%d, reason=%d)" % (
+            self.type, self.seq, self.slot, self.gen, self.reason)
 
 
 class _Counters(ctypes.Structure):
@@ -130,6 +136,12 @@ _PROTOS = {
     "md_settle": (_I, [_p, _p, _p, _u32, _u32, _I, APPLY_FN, _p, _p]),
     "md_settle_engine": (_I, [_p, _u32, _u32, _I, APPLY_FN, _p, _p]),
     "md_client_maintain": (_I, [_p, _u32, _u32]),
+    # the host tier and recall (libmemdecay 0.5, ABI 1.4, docs/tier.md)
+    "md_client_tier_budget": (_u64, [_p]),
+    "md_client_tier_pages": (_u32, [_p]),
+    "md_seq_tier_pages": (_I, [_p, _u32, _p, _u32]),
+    "md_publish_estimates": (_I, [_p, _p, _p, _p, _u32, _p]),
+    "md_settle_recall": (_I, [_p, _I, APPLY_FN, _p, _p]),
 }
 
 _loaded = {}
@@ -140,7 +152,7 @@ def load_library(path=None):
     (ldconfig: the .deb installs it).  The error names what was tried."""
     path = path or os.environ.get("MEMDECAY_LIBRARY")
     tried = []
-    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.2"]
+    candidates = [path] if path else [ctypes.util.find_library("memdecay"), "libmemdecay.so.3"]
     for cand in candidates:
         if not cand:
             continue
