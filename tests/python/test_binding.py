@@ -408,6 +408,51 @@ class Contract(unittest.TestCase):
             c.settle_engine(1)
         c.close()
 
+    def test_tier_with_daemon(self):
+        """ABI 1.4 through a real memdecayd: the tier is granted, evicts go
+        into it through KEPT_IN_TIER, estimates are taken and settle_recall
+        ends once the daemon has decided (restores and the evicts that make
+        room for them arrive through the same callback), the sequence's end
+        frees the tier, and the daemon saw no violation."""
+        self.d = Daemon(self.sock)
+        c = memdecay.Client(socket_path=self.sock, require_daemon=True, page_capacity=64,
+                            max_seqs=2, budget_engine_pages=4, engine_name="py-engine-tier",
+                            tier_pages=8, page_bytes=4096)
+        self.assertEqual(c.tier_budget(), 8)
+        user = memdecay.labels([memdecay.Region.USER] * 16)
+        for i in range(8):
+            c.page_open(0, i * 16, 16, user)
+        c.seq_step(0, 128)
+        types = []
+
+        def apply(ev):
+            types.append(ev.type)
+            if ev.type == memdecay.CMD_EVICT:
+                return memdecay.KEPT_IN_TIER
+            return True
+        wait_for(lambda: c.apply_commands(apply) >= 0 and c.tier_pages() >= 4,
+                 what="evictions into the tier")
+        self.assertEqual(c.live_pages() + c.tier_pages(), 8)
+        tier = c.seq_tier_pages(0)
+        self.assertEqual(len(tier), c.tier_pages())
+        self.assertEqual(c.page_info(tier[0])["state"], memdecay.PAGE_TIER)
+        b = c.batch()
+        for n, slot in enumerate(tier):
+            b.slots[n], b.mass[n], b.refresh[n] = slot, 8.0, 0xffff
+        self.assertEqual(c.publish_estimates(b, len(tier)).published, len(tier))
+        r = c.settle_recall(2000, apply=apply)
+        self.assertEqual(r.outcome, memdecay.Settle.OK)
+        self.assertEqual(c.live_pages() + c.tier_pages(), 8)
+        self.assertTrue(set(types) <= {memdecay.CMD_EVICT, memdecay.CMD_RESTORE,
+                                       memdecay.CMD_DROP}, types)
+        c.seq_end(0)
+        self.assertEqual((c.live_pages(), c.tier_pages()), (0, 0))
+        st = wait_for(lambda: [e for e in self.d.json("stats")["engines"]
+                               if e["id"] == c.engine_id and e["abi_minor"] == 4],
+                      what="the engine in the daemon's stats")[0]
+        self.assertEqual(st["violations"], 0)
+        c.close()
+
     def test_floor_knows_the_policy_window(self):
         """h2o protects a window of newest pages that the parameter block does
         not carry: the daemon publishes the count, the library's floor uses it."""
