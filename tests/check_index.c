@@ -159,7 +159,7 @@ static void tier_params(struct world *w)
 {
 	static const double margins[] = {0, 0.05, 0.5, 2};
 	static const uint32_t per[] = {0, 1, 2, 4, 4096};
-	w->p.tier_pages = rn(3) ? 0 : rn(6);
+	w->p.tier_pages = rn(4) ? 0 : rn(6);
 	w->p.recall_margin = margins[rn(4)];
 	w->p.recall_max_per_pass = per[rn(5)];
 }
@@ -169,11 +169,13 @@ static void world_new_tier(struct world *w, int policy)
 	world_new(w, policy);
 	w->tier = 1;
 	tier_params(w);
+	if (rn(2)) /* evictions feed the tier */
+		w->p.budget_engine_pages = 2 + rn(12);
 	md__host_set_params(w->h, &w->p);
 	for (int i = 0; i < w->ne; i++)
-		if (rn(4))
+		if (rn(6))
 			ck_assert_int_eq(md__host_engine_set_tier(w->h, w->e[i].id,
-								  rn(w->e[i].cap / 2 + 1), 4096), 0);
+								  rn(w->e[i].cap) + 1, 4096), 0);
 }
 
 /* the engine's side of the tier: evictions kept, restores applied or
@@ -182,6 +184,12 @@ static void op_tier(struct world *w)
 {
 	struct mengine *e = &w->e[rn((uint32_t)w->ne)];
 	uint32_t s = rn(e->cap);
+	/* the pages the tier is about: evicting or past it, most of the time */
+	for (uint32_t i = 0, s0 = s; i < e->cap && rn(8); i++) {
+		s = (s0 + i) % e->cap;
+		if (e->pg[s].state >= 2)
+			break;
+	}
 	struct mpage *m = &e->pg[s];
 	struct md_stats_rec r = rec(MD_REC_PAGE_TIER);
 	r.slot = s;
@@ -200,9 +208,18 @@ static void op_tier(struct world *w)
 		if (r.u.tier.event == MD_TIER_IN)
 			m->state = 3;
 		return;
-	case 3: /* unasked: a resync would do it */
-		if (rn(4))
+	case 3:
+		if (rn(4)) { /* the engine's estimate: the recall signal */
+			r = rec(MD_REC_ATTN_PAGE);
+			r.slot = s;
+			r.gen = m->gen;
+			r.flags = MD_REC_F_ESTIMATE;
+			r.u.attn_page.mass = (float)rn(9) * 0.5f;
+			r.u.attn_page.refresh = (uint16_t)(rn(2) ? 0 : rnd());
+			ck_assert_int_eq(md__host_ingest(w->h, e->id, &r), 0);
 			return;
+		}
+		/* unasked: a resync would do it */
 		r.u.tier.event = rn(2) ? MD_TIER_RESTORED : rn(2) ? MD_TIER_REFUSED : MD_TIER_IN;
 		ck_assert_int_eq(md__host_ingest(w->h, e->id, &r),
 				 r.u.tier.event == MD_TIER_IN ? -MD__REJ_STATE : 0);
@@ -479,8 +496,12 @@ static void fuzz_policy(int policy, uint64_t seed)
 }
 
 /* The same with the host tier: its pages drift in from evictions, estimates
- * make candidates, budgets and caps move, and every pass (evictions, drops,
- * restores) equals the oracle's. */
+ * make candidates, budgets and caps move, half the worlds have sequences of
+ * their own policy and budget, and every pass (evictions, drops, restores)
+ * equals the oracle's. */
+static int seq_opts(struct md__host *h, uint32_t engine, uint32_t seq, uint32_t policy,
+		    uint64_t budget);
+
 static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
 {
 	rng_state = seed;
@@ -489,8 +510,16 @@ static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
 	while (cases < n_cases) {
 		struct world w;
 		world_new_tier(&w, policy);
+		int own = rn(2); /* sequences with their own policy and budget */
 		for (int it = 0; it < 400 && cases < n_cases; it++) {
-			op_random(&w);
+			if (own && rn(10) == 0) {
+				struct mengine *e = &w.e[rn((uint32_t)w.ne)];
+				uint32_t pol = rn(3) == 0 ? MD_SEQ_ENGINE_U32 : rn(MD_POLICY_COUNT);
+				uint64_t b = rn(3) == 0 ? MD_SEQ_ENGINE_U64 : rn(4) == 0 ? 0 : 4 + rn(40);
+				ck_assert_int_eq(seq_opts(w.h, e->id, rn(e->nseq), pol, b), 0);
+			} else {
+				op_random(&w);
+			}
 			if (rn(5) == 0) {
 				check_decision(&w);
 				cases++;
@@ -501,14 +530,14 @@ static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
 		md__host_free(w.h);
 	}
 	/* the cases must actually restore and drop */
-	ck_assert_msg(restores > n_cases / 50 && drops > n_cases / 100,
+	ck_assert_msg(restores > n_cases / 100 && drops > n_cases / 100,
 		      "only %llu restores, %llu drops", (unsigned long long)restores,
 		      (unsigned long long)drops);
 }
 
 START_TEST(test_tier_oracle_policy)
 {
-	fuzz_tier(_i, 1000 + (uint64_t)_i, 4000);
+	fuzz_tier(_i, 1000 + (uint64_t)_i, 20000);
 }
 END_TEST
 
