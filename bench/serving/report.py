@@ -11,6 +11,12 @@ plain's turns/s, 0 preemptions, facts kept >= sessions-turn's and trim's
 (exact McNemar test); at the tightest, every turn answered, 0 preemptions,
 and the order before preemption counted.
 
+A run with the pool-turn-tier row (the host tier and recall, docs/tier.md)
+adds its targets: facts kept >= 80% of the reference row's (on the probes the
+reference answers), turns/s >= 3x plain's, the median TTFT over turns <= 1.2x
+pool-turn's (recall's cost), its facts against pool-turn's (exact McNemar),
+and the tier's bytes and counters as memdecayd counted them.
+
 Targets (docs/performance.md, "Agent serving"), sessions-turn against:
   plain            turns per second >= 2x; 0 preemptions
   nosessions-turn  turns per second >= 1.5x
@@ -114,8 +120,42 @@ def verdicts(doc):
                 x["met"] = x["value"] <= x["target"]
             elif key == "facts_vs_trim":
                 x["met"] = x["sessions"] >= x["trim"]
+    tier_targets(rows, v, scored, t)
     v["targets"] = t
     return v
+
+
+def tier_targets(rows, v, scored, t):
+    """The host tier row's targets (docs/performance.md, "Host tier and recall")."""
+    tr = rows.get("pool-turn-tier")
+    if tr is None:
+        return
+    x = {"row": "pool-turn-tier", "tier": tr.get("tier")}
+    if scored is not None and "reference" in rows:
+        kept = v["rows"]["pool-turn-tier"]["facts"]["kept"]
+        ref = v["rows"]["reference"]["facts"]["kept"]
+        x["facts_vs_reference"] = {"tier": kept, "reference": ref, "scored": len(scored),
+                                   "ratio": round(kept / ref, 3) if ref else None,
+                                   "target": 0.8}
+        x["facts_vs_reference"]["met"] = bool(ref) and kept / ref >= 0.8
+        if "pool-turn" in rows:
+            pa = [probes(tr).get(k, False) for k in scored]
+            pb = [probes(rows["pool-turn"]).get(k, False) for k in scored]
+            p, only_tier, only_pool = mcnemar(pa, pb)
+            x["facts_vs_pool_turn"] = {"tier": sum(pa), "pool-turn": sum(pb),
+                                       "only_tier": only_tier, "only_pool_turn": only_pool,
+                                       "mcnemar_p": round(p, 4)}
+    if "plain" in rows:
+        r = tr["turns_per_s"] / rows["plain"]["turns_per_s"]
+        x["turns_per_s_vs_plain"] = {"ratio": round(r, 3), "target": 3.0, "met": r >= 3.0}
+    if "pool-turn" in rows:
+        def med(row):
+            return statistics.median(t_["ttft"] for s_ in row["sessions"] for t_ in s_)
+        r = med(tr) / med(rows["pool-turn"])
+        x["ttft_vs_pool_turn"] = {"ratio": round(r, 3), "tier_p50_s": round(med(tr), 3),
+                                  "pool_turn_p50_s": round(med(rows["pool-turn"]), 3),
+                                  "target": 1.2, "at_most": True, "met": r <= 1.2}
+    t["tier"] = x
 
 
 def markdown(doc, v):
