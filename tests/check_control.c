@@ -263,12 +263,15 @@ START_TEST(hello_table_round_trip)
 	w.budget_sequence_tokens = 4096;
 	w.weight = 2.5;
 	w.stats_transport = 1;
+	w.tier_pages = 32;
+	w.page_bytes = 1474560;
 	w.given = (1u << MD__HF_COUNT) - 1;
 	int n = md__hello_format(&w, line, sizeof(line));
 	ck_assert_int_gt(n, 0);
-	ck_assert_str_eq(line, "HELLO abi=1.3 name=eng-a page_tokens=16 page_capacity=1024 "
+	ck_assert_str_eq(line, "HELLO abi=1.4 name=eng-a page_tokens=16 page_capacity=1024 "
 			       "max_seqs=8 tp_rank=1 tp_size=2 policy=h2o budget_pages=0 "
-			       "budget_sequence_tokens=4096 weight=2.5 stats_transport=cuda\n");
+			       "budget_sequence_tokens=4096 weight=2.5 stats_transport=cuda "
+			       "tier_pages=32 page_bytes=1474560\n");
 	line[n - 1] = 0;
 	ck_assert_int_eq(hello(line, &r, err), 0);
 	ck_assert_uint_eq(r.given, w.given);
@@ -278,7 +281,7 @@ START_TEST(hello_table_round_trip)
 	w.given = 1u << MD__HF_ABI | 1u << MD__HF_NAME | 1u << MD__HF_PAGE_TOKENS |
 		  1u << MD__HF_PAGE_CAPACITY | 1u << MD__HF_MAX_SEQS;
 	n = md__hello_format(&w, line, sizeof(line));
-	ck_assert_str_eq(line, "HELLO abi=1.3 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8\n");
+	ck_assert_str_eq(line, "HELLO abi=1.4 name=eng-a page_tokens=16 page_capacity=1024 max_seqs=8\n");
 	line[n - 1] = 0;
 	ck_assert_int_eq(hello(line, &r, err), 0);
 	ck_assert_uint_eq(r.given, w.given);
@@ -297,7 +300,8 @@ START_TEST(hello_table_every_field)
 		[MD__HF_PAGE_CAPACITY] = "0", [MD__HF_MAX_SEQS] = "0", [MD__HF_TP_RANK] = "64",
 		[MD__HF_TP_SIZE] = "0", [MD__HF_POLICY] = "", [MD__HF_BUDGET_PAGES] = "-2",
 		[MD__HF_BUDGET_SEQUENCE_TOKENS] = "-2", [MD__HF_WEIGHT] = "0",
-		[MD__HF_STATS_TRANSPORT] = "rdma",
+		[MD__HF_STATS_TRANSPORT] = "rdma", [MD__HF_TIER_PAGES] = "4194305",
+		[MD__HF_PAGE_BYTES] = "-1",
 	};
 	for (unsigned id = 0; id < MD__HF_COUNT; id++) {
 		const char *key = md__hello_fields[id].key;

@@ -46,7 +46,7 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(P.violation_limit, 1000);
 	ck_assert_uint_eq(P.nap_ms, 50);
 	ck_assert_uint_eq(P.tier_pages, 0);
-	ck_assert_double_eq(P.recall_margin, 0.05);
+	ck_assert_double_eq(P.recall_margin, 0.1);
 	ck_assert_uint_eq(P.recall_max_per_pass, 4);
 	ck_assert_uint_eq(P.policy, MD_POLICY_MEMDECAY);
 	ck_assert_uint_eq(P.norm, MD_NORM_RAW);

@@ -1,7 +1,7 @@
 /*
  * check_tier.c — the host tier and recall (ABI 1.4, docs/tier.md), case by
  * case: the tier budget holds after every pass, a restore needs more than
- * victim + recall.margin (equal is not enough), recall.max_per_pass and the
+ * victim + recall.margin x |victim| (equal is not enough), recall.max_per_pass and the
  * output cap bound a pass and the candidates they cut stay, records from a
  * 1.3 engine and records in the wrong state are refused with their reason,
  * SEQ_END frees the tier, a resync rebuilds it, a recall hit counts once.
@@ -34,7 +34,7 @@ static void h2o_params(struct md__params *p)
 	p->policy = MD_POLICY_H2O;
 	p->h2o_recent_fraction = 0.0;
 	p->protect_recent = 0;
-	p->recall_margin = 0.5;
+	p->recall_margin = 0.25;
 	p->recall_max_per_pass = 4;
 }
 
@@ -189,7 +189,7 @@ START_TEST(test_tier_budget_drops)
 END_TEST
 
 /* engine budget 3: slot 0 (mass 1) goes to the tier; resident 1 (3), 2 (2),
- * 3 (tail, protected): the victim is slot 2, score 2, margin 0.5 */
+ * 3 (tail, protected): the victim is slot 2, score 2, margin 0.25 (of 2) */
 static struct md__host *margin_host(struct md__params *p)
 {
 	h2o_params(p);
@@ -210,17 +210,17 @@ START_TEST(test_recall_margin_boundary)
 	struct md__params p;
 	struct md__host *h = margin_host(&p);
 	struct md__decision d[8];
-	/* 1.5 < 2 + 0.5 */
+	/* 1.5 < 2 + 0.25 * 2 */
 	ck_assert_int_eq(attn(h, 0, 0.5f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	/* 2.5 == 2 + 0.5: equal is not enough */
+	/* 2.5 == 2 + 0.25 * 2: equal is not enough */
 	ck_assert_int_eq(attn(h, 0, 1.0f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
 	/* no new estimate: no longer a candidate, even with a lower margin */
-	p.recall_margin = 0.25;
+	p.recall_margin = 0.125;
 	set_params(h, &p);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	p.recall_margin = 0.5;
+	p.recall_margin = 0.25;
 	set_params(h, &p);
 	/* 2.75 > 2.5: the victim is evicted, then the page restored */
 	ck_assert_int_eq(attn(h, 0, 0.25f, 1, 0), 0);

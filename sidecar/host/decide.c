@@ -415,7 +415,7 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 				has_victim = !blocked;
 			}
 		}
-		if (blocked || (has_victim && !(c[i].score > vscore + margin)))
+		if (blocked || (has_victim && !md__recall_beats(c[i].score, vscore, margin)))
 			continue;
 		/* the restore first, as it may fail (a page of its sequence took
 		 * its positions, or no memory); the victim's evict still goes

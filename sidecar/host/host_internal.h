@@ -7,6 +7,8 @@
 #ifndef MD_HOST_INTERNAL_H
 #define MD_HOST_INTERNAL_H
 
+#include <math.h>
+
 #include "host.h"
 #include "policy.h"
 
@@ -342,6 +344,16 @@ static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb
 	if (pa != pb)
 		return pa < pb ? -1 : 1;
 	return la < lb ? -1 : la > lb;
+}
+
+/* recall.margin is relative (docs/tier.md): a tier page's score must beat its
+ * victim's by margin times the victim's magnitude.  Scores are the policy's
+ * own units, which differ by orders of magnitude between policies, models and
+ * lengths (a decayed memdecay page scores 1e-3, an h2o page its mass), so an
+ * absolute margin would hold for one setting and block every swap in another. */
+static inline int md__recall_beats(double cand, double victim, double margin)
+{
+	return cand > victim + margin * fabs(victim);
 }
 
 /* keeps sequence q's membership of the over-budget set after its tokens_live

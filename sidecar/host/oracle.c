@@ -321,7 +321,7 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 				has_victim = 1;
 			}
 		}
-		if (has_victim && !(c[i].score > v.score + h->params.recall_margin))
+		if (has_victim && !md__recall_beats(c[i].score, v.score, h->params.recall_margin))
 			continue;
 		if (sim_overlaps(e, st, p))
 			continue;

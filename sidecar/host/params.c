@@ -45,7 +45,7 @@ void md__params_defaults(struct md__params *p)
 	policy_key_defaults(p);
 	p->low_watermark = 1.0;
 	p->tier_pages = 0;
-	p->recall_margin = 0.05;
+	p->recall_margin = 0.1;
 	p->recall_max_per_pass = 4;
 	p->heartbeat_timeout_ms = 3000;
 	p->violation_limit = 1000;

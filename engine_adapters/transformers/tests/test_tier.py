@@ -164,10 +164,10 @@ def feed_chat(w, tok, turns, fact=False):
 
 
 def recall(model, tok, d):
-    # a 135M model's attention is spread thin over a chat: scores stay near 0.1,
-    # below the default margin's reach, so the margin is 0 here (a restore still
-    # has to beat its victim) and tau low enough that the question's estimates
-    # refresh the tokens it attends most
+    # a 135M model's attention is spread thin over a short chat: a tier page the
+    # question attends scores within a few percent of its victim, so the margin is
+    # 0 here (a restore still has to beat its victim) and tau low enough that the
+    # question's estimates refresh the tokens it attends most
     d.ctl("set", "recall.max_per_pass=8", "recall.margin=0", "memdecay.tau=0.01")
     f = Feeder(model)
     on = MemDecayOnline(f, policy="memdecay", budget_tokens=BUDGET, socket=d.sock,
