@@ -176,6 +176,14 @@ s = conn(); s.sendall(b"HELLO abi=1.0 name=x page_tokens=99 page_capacity=8 max_
 assert r.startswith(b"ERR") and b"page_tokens" in r, r
 s = conn(); s.sendall(b"HELLO abi=7.0 name=x page_tokens=16 page_capacity=8 max_seqs=1\n"); r = reply(s)
 assert r.startswith(b"ERR") and b"major" in r, r
+# the host tier (ABI 1.4): a 1.3 engine cannot ask for one, and a tier cannot
+# outgrow the page table (a tier page keeps its slot)
+s = conn(); s.sendall(b"HELLO abi=1.3 name=x page_tokens=16 page_capacity=8 max_seqs=1 "
+                      b"tier_pages=4\n"); r = reply(s)
+assert r.startswith(b"ERR") and b"tier_pages needs abi=1.4" in r, r
+s = conn(); s.sendall(b"HELLO abi=1.4 name=x page_tokens=16 page_capacity=8 max_seqs=1 "
+                      b"tier_pages=9\n"); r = reply(s)
+assert r.startswith(b"ERR") and b"tier_pages=9" in r and b"page_capacity=8" in r, r
 idle = [conn() for _ in range(300)]   # more than the daemon accepts
 time.sleep(0.3)
 got = []
@@ -606,6 +614,13 @@ else:
     for k, v in want.items():
         if e[k] != v:
             errs.append("%s %s, want %s" % (k, e[k], v))
+    # served without a tier: an older engine gets no restore and no drop (ABI 1.4)
+    tier = {k: e[k] for k in ("tier_budget_pages", "tier_pages", "tier_in", "restores",
+                              "tier_drops", "estimates")}
+    if any(tier.values()):
+        errs.append("an ABI 1.%d engine has tier state %s" % (minor, tier))
+    if minor >= 2 and e["evictions"] == 0:     # its own budget asks for them (A, D)
+        errs.append("an ABI 1.%d engine was not served: no eviction" % minor)
     sample = 'memdecay_seqs_retained{engine="%d",name="seqopts-1.%d"} %d\n' % (e["id"], minor,
                                                                              retained)
     if sample not in prom:
