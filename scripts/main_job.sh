@@ -93,10 +93,12 @@ if [ -f .deps/vllm.env ]; then
 		"$MEMDECAY_VLLM_PYTHON" engine_adapters/vllm/demo.py --budget 640
 	echo
 	echo "== two agents on vllm serve with a KV pool too small for their histories (40 blocks"
-	echo "   of 32 tokens): plain vLLM, and MemDecay's pool mode (memdecayd evicts only above"
-	echo "   90% of the pool, across every request and session). Time to first token per"
-	echo "   turn (median over the agents) with the prompt tokens computed that turn, KV"
-	echo "   blocks held, facts kept, turns per second, preemptions and blocks evicted"
+	echo "   of 32 tokens): plain vLLM; MemDecay's pool mode (memdecayd evicts only above"
+	echo "   90% of the pool, across every request and session); pool mode with the host"
+	echo "   tier (evicted blocks kept in host memory, restored when the agents' queries"
+	echo "   would attend them). Time to first token per turn (median over the agents)"
+	echo "   with the prompt tokens computed that turn, KV blocks held, facts kept, turns"
+	echo "   per second, preemptions and blocks evicted"
 	MEMDECAY_VLLM_MODEL=$MEMDECAY_VLLM_MODEL MEMDECAY_BUILD=$ROOT/build \
 		"$MEMDECAY_VLLM_PYTHON" bench/serving/run.py --quick --out "$DIR/serving.json" >/dev/null
 	"$MEMDECAY_VLLM_PYTHON" bench/serving/report.py "$DIR/serving.json" --text

@@ -196,6 +196,13 @@ def text(doc, v):
     out.append("%-5s" % "evict" + "".join(
         "%18s" % ("%s blocks" % r["evicted_blocks"] if r.get("evicted_blocks") is not None
                   else "-") for r in rows))
+    if any(r.get("tier") for r in rows):
+        out.append("%-5s" % "tier" + "".join(
+            "%18s" % ("%d in, %d back" % (r["tier"]["tier_in"], r["tier"]["recalls"])
+                      if r.get("tier") else "-") for r in rows))
+        out.append("%-5s" % "moved" + "".join(
+            "%18s" % ("%.1f MiB" % (r["tier"]["tier_bytes_moved"] / (1 << 20))
+                      if r.get("tier") else "-") for r in rows))
     return "\n".join(out)
 
 

@@ -257,7 +257,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--quick", action="store_true",
-                    help="2 sessions x 6 turns on a 40-block pool, rows plain and pool-turn")
+                    help="2 sessions x 6 turns on a 40-block pool, rows plain, pool-turn and "
+                    "pool-turn-tier")
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--turns", type=int, default=16)
     ap.add_argument("--facts", type=int, default=4)
@@ -284,7 +285,7 @@ def main():
         a.sessions, a.turns, a.facts = 2, 6, 2
         a.budget, a.pool_blocks, a.max_model_len = 256, 40, 1248
         if a.rows == ",".join(ROWS):
-            rows = ["plain", "pool-turn"]
+            rows = ["plain", "pool-turn", "pool-turn-tier"]
     bad = [r for r in rows if r not in ROWS]
     if bad:
         ap.error("unknown row %s (rows: %s)" % (", ".join(bad), ", ".join(ROWS)))
