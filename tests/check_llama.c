@@ -8,6 +8,8 @@
 #include "test_util.h"
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -669,6 +671,245 @@ START_TEST(test_labels)
 }
 END_TEST
 
+/* ---- the host tier (docs/llama.md, "Host tier") ---- */
+
+struct tier_run {
+	struct rig r;
+	llama_pos sys_end, next;
+};
+
+/* Another sequence's tokens into the holes the evictions left, so that a
+ * restore cannot land in its page's old cells.  Another sequence: tokens of the
+ * evicted page's own sequence decoded while it is away never attend it, so no
+ * reference that kept the page could have their K/V. */
+static void tier_filler(struct rig *r)
+{
+	uint32_t n;
+	llama_token *t = tokenize("<|im_start|>user\nAnd the trams in Alfama?<|im_end|>\n", &n);
+	ck_assert_int_eq(md_llama_decode(r->ad, 1, t, NULL, n, 0), 0);
+	free(t);
+}
+
+/* The same prompt into an adapter (no daemon), the pages at evict[] evicted
+ * in order (-1 ends), more text decoded, restore[] restored (-1 ends); then
+ * one token's logits into out. */
+static void tier_run(struct tier_run *t, uint32_t tier_mb, const llama_pos *evict,
+		     const llama_pos *restore, float *out, int32_t nv)
+{
+	struct md_llama_config cfg;
+	md_llama_config_init(&cfg);
+	cfg.attach = 0;
+	cfg.tier_mb = tier_mb;
+	rig_open(&t->r, &cfg, 512, 2);
+	feed_text(&t->r, 0, k_system, MD_REGION_SYSTEM);
+	t->sys_end = md_llama_pos_next(t->r.ad, 0);
+	for (int i = 0; i < 4; i++)
+		feed_text(&t->r, 0, k_user, MD_REGION_USER);
+	for (int i = 0; evict[i] >= 0; i++)
+		ck_assert_int_eq(md_llama_evict_page(t->r.ad, 0, evict[i]), 0);
+	tier_filler(&t->r);
+	for (int i = 0; restore[i] >= 0; i++)
+		ck_assert_int_eq(md_llama_restore_page(t->r.ad, 0, restore[i]), 0);
+	feed_text(&t->r, 0, "<|im_start|>assistant\n", MD_REGION_ASSISTANT);
+	memcpy(out, llama_get_logits_ith(t->r.ctx, -1), sizeof(float) * (size_t)nv);
+	t->next = md_llama_pos_next(t->r.ad, 0);
+}
+
+/* The cell holding (seq, pos) in the adapter's map; n_cells when none. */
+static uint32_t cell_of(const md_llama *ad, llama_seq_id seq, llama_pos pos)
+{
+	uint32_t c;
+	for (c = 0; c < md_llama_n_cells(ad); c++) {
+		llama_seq_id s;
+		llama_pos p;
+		md_llama_cell(ad, c, &s, &p);
+		if (s == seq && p == pos)
+			break;
+	}
+	return c;
+}
+
+static uint64_t md_now_ns_test(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double max_abs_diff(const float *x, const float *y, int32_t n)
+{
+	double m = 0;
+	for (int32_t i = 0; i < n; i++) {
+		double d = fabs((double)x[i] - (double)y[i]);
+		if (d > m)
+			m = d;
+	}
+	return m;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+	int32_t b = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* 6. A page evicted to the tier and restored gives the logits of a context
+ * that never evicted it; its cells are back at their positions (llama.cpp's
+ * cell dump against the adapter's map, which places them); the tier holds no
+ * more than its MiB; a page that did not fit is gone for good. */
+START_TEST(test_tier)
+{
+	const double tol = 1e-3;  /* logits are O(10); measured differences below */
+	int32_t nv = llama_vocab_n_tokens(llama_model_get_vocab(g_model));
+	float *l_tier = malloc(sizeof(float) * (size_t)nv);
+	float *l_ref = malloc(sizeof(float) * (size_t)nv);
+	float *l_lost = malloc(sizeof(float) * (size_t)nv);
+	/* system ends near 30: pages 2, 4, 6 (positions 32.., 64.., 96..) are user */
+	const llama_pos ev3[] = {32, 64, 96, -1}, ev2[] = {64, 96, -1};
+	const llama_pos none[] = {-1};
+
+	/* 1 MiB holds two SmolLM2 pages (~360 KiB each): 32 and 64 kept, 96 freed.
+	 * llama.cpp dumps its cells at every find_slot (the restore's own too),
+	 * compared with the adapter's map as in test_cell_map_truth. */
+	setenv("LLAMA_KV_CACHE_DEBUG", "3", 1);
+	memset(&g_truth, 0, sizeof(g_truth));
+	struct tier_run a;
+	struct md_llama_stats st;
+	{
+		struct md_llama_config cfg;
+		md_llama_config_init(&cfg);
+		cfg.attach = 0;
+		cfg.tier_mb = 1;
+		rig_open(&a.r, &cfg, 512, 2);
+		g_truth.n_cells = md_llama_n_cells(a.r.ad);
+		g_truth.seqs = calloc(g_truth.n_cells, 1);
+		g_truth.ad = a.r.ad;
+		llama_log_set(truth_log, &g_truth);
+		ck_assert_int_eq(md_llama_tier_seq(a.r.ad), 2);
+		feed_text(&a.r, 0, k_system, MD_REGION_SYSTEM);
+		a.sys_end = md_llama_pos_next(a.r.ad, 0);
+		ck_assert_int_lt(a.sys_end, 32);
+		for (int i = 0; i < 4; i++)
+			feed_text(&a.r, 0, k_user, MD_REGION_USER);
+		uint32_t cell_before = cell_of(a.r.ad, 0, 32);
+		for (int i = 0; ev3[i] >= 0; i++)
+			ck_assert_int_eq(md_llama_evict_page(a.r.ad, 0, ev3[i]), 0);
+		md_llama_get_stats(a.r.ad, &st);
+		ck_assert_int_eq(st.tier_on, 1);
+		ck_assert_uint_eq(st.tier_kept, 2);
+		ck_assert_uint_eq(st.tier_full, 1);
+		ck_assert_uint_eq(st.tier_pages, 2);
+		ck_assert_uint_le(st.tier_bytes, st.tier_cap_bytes);
+		ck_assert_uint_eq(st.tier_cap_bytes, 1u << 20);
+		ck_assert_int_eq(md_llama_token_region(a.r.ad, 0, 40), -1);
+		tier_filler(&a.r);
+		ck_assert_int_eq(md_llama_restore_page(a.r.ad, 0, 96), -ENOENT);
+		uint64_t t0 = md_now_ns_test();
+		ck_assert_int_eq(md_llama_restore_page(a.r.ad, 0, 32), 0);
+		uint64_t t_restore = md_now_ns_test() - t0;
+		/* the tokens are live again, with their regions, at their positions */
+		for (llama_pos p = 32; p < 48; p++)
+			ck_assert_int_eq(md_llama_token_region(a.r.ad, 0, p), MD_REGION_USER);
+		/* in other cells than before (the filler took those) */
+		ck_assert_uint_ne(cell_of(a.r.ad, 0, 32), cell_before);
+		ck_assert_uint_lt(cell_of(a.r.ad, 0, 32), md_llama_n_cells(a.r.ad));
+		llama_memory_t mem = llama_get_memory(a.r.ctx);
+		ck_assert_int_eq(llama_memory_seq_pos_min(mem, 0), 0);
+		ck_assert_int_eq(llama_memory_seq_pos_max(mem, 0), md_llama_pos_next(a.r.ad, 0) - 1);
+		ck_assert_int_eq(llama_memory_seq_pos_min(mem, 2), -1);  /* scratch empty */
+		feed_text(&a.r, 0, "<|im_start|>assistant\n", MD_REGION_ASSISTANT);
+		memcpy(l_tier, llama_get_logits_ith(a.r.ctx, -1), sizeof(float) * (size_t)nv);
+		a.next = md_llama_pos_next(a.r.ad, 0);
+		md_llama_get_stats(a.r.ad, &st);
+		ck_assert_uint_eq(st.tier_restored, 1);
+		ck_assert_uint_eq(st.tier_pages, 1);
+		ck_assert_uint_eq(st.tier_unmapped, 0);
+		ck_assert_uint_eq(st.map_missing, 0);
+		fprintf(stderr, "tier: page blob %llu bytes, cap %llu pages; save %.3f ms, "
+			"restore %.3f ms (%.3f ms measured around the call)\n",
+			(unsigned long long)st.tier_page_bytes, (unsigned long long)st.tier_cap_pages,
+			st.tier_save_ns / 2e6, st.tier_restore_ns / 1e6, t_restore / 1e6);
+	}
+	llama_log_set(log_quiet, NULL);
+	unsetenv("LLAMA_KV_CACHE_DEBUG");
+	/* every find_slot (the restore's own included) saw the adapter's map
+	 * equal llama.cpp's cells: the restored cells hold their own positions */
+	ck_assert_uint_gt(g_truth.compared, 5);
+	ck_assert_msg(g_truth.mismatches == 0, "%llu mismatches; first %s",
+		      (unsigned long long)g_truth.mismatches, g_truth.first_bad);
+	g_truth.ad = NULL;
+	free(g_truth.seqs);
+
+	/* reference: 32 never evicted; control: 32 evicted and never restored */
+	struct tier_run ref, lost;
+	tier_run(&ref, 0, ev2, none, l_ref, nv);
+	tier_run(&lost, 0, ev3, none, l_lost, nv);
+	ck_assert_int_eq(ref.next, a.next);
+	double d = max_abs_diff(l_tier, l_ref, nv), d_lost = max_abs_diff(l_lost, l_ref, nv);
+	fprintf(stderr, "tier: max |logit - reference| restored %.3g, never restored %.3g\n", d,
+		d_lost);
+	ck_assert_msg(d <= tol, "restored page: logits differ by %g (> %g)", d, tol);
+	ck_assert_int_eq(argmax(l_tier, nv), argmax(l_ref, nv));
+	/* the comparison can tell a missing page */
+	ck_assert_msg(d_lost > 100 * tol, "a lost page moved the logits only %g", d_lost);
+	rig_close(&lost.r);
+	rig_close(&ref.r);
+	rig_close(&a.r);
+	free(l_tier);
+	free(l_ref);
+	free(l_lost);
+}
+END_TEST
+
+/* 6b. Through memdecayd: the daemon grants the tier, evictions under a budget
+ * keep pages there up to the adapter's cap (the rest are freed), and the
+ * sequence's end frees them.  No restore: the adapter publishes no estimates. */
+START_TEST(test_tier_daemon)
+{
+	struct daemon d;
+	struct md_llama_config cfg;
+	daemon_config(&d, &cfg, "memdecay", 128);
+	cfg.tier_mb = 2;
+	struct rig r;
+	rig_open(&r, &cfg, 512, 1);
+	feed_text(&r, 0, k_system, MD_REGION_SYSTEM);
+	uint32_t n;
+	llama_token *t = tokenize("<|im_start|>user\nTell me about the museums of Lisbon, the "
+				  "trams, the river, the food and the music.<|im_end|>\n", &n);
+	uint8_t reg[256];
+	memset(reg, MD_REGION_USER, sizeof(reg));
+	struct md_llama_stats st;
+	for (int round = 0; round < 8; round++) {
+		ck_assert_int_eq(md_llama_decode(r.ad, 0, t, reg, n, 1), 0);
+		ck_assert_uint_le(md_llama_live_tokens(r.ad, 0), 128 + 16);
+		md_llama_get_stats(r.ad, &st);
+		ck_assert_uint_le(st.tier_pages, st.tier_cap_pages);
+		ck_assert_uint_le(st.tier_bytes, st.tier_cap_bytes);
+	}
+	md_llama_get_stats(r.ad, &st);
+	ck_assert_int_eq(st.attached, 1);
+	ck_assert_int_eq(st.tier_on, 1);
+	ck_assert_uint_gt(st.evictions, 5);
+	ck_assert_uint_eq(st.evictions_by_region[MD_REGION_SYSTEM], 0);
+	ck_assert_uint_gt(st.tier_kept, 0);
+	ck_assert_uint_eq(st.tier_peak_pages, st.tier_cap_pages);
+	ck_assert_uint_gt(st.tier_full, 0);
+	ck_assert_uint_eq(st.tier_restored, 0);
+	ck_assert_uint_eq(st.cmds_stale, 0);
+	ck_assert_uint_eq(st.budget_wait_timeouts, 0);
+	ck_assert_int_eq(md_llama_seq_truncate(r.ad, 0, 0), 0);
+	md_llama_get_stats(r.ad, &st);
+	ck_assert_uint_eq(st.tier_pages, 0);
+	ck_assert_uint_eq(st.tier_bytes, 0);
+	free(t);
+	rig_close(&r);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *llama_suite(void)
 {
 	Suite *s = suite_create("llama");
@@ -682,6 +923,8 @@ static Suite *llama_suite(void)
 		{"fail_open", test_fail_open_no_daemon},
 		{"reattach", test_fail_open_kill_reattach},
 		{"labels", test_labels},
+		{"tier", test_tier},
+		{"tier_daemon", test_tier_daemon},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (only && strcmp(only, tests[i].name))

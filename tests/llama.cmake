@@ -25,7 +25,8 @@ if(TARGET memdecayd)
   list(APPEND _md_llama_env "MEMDECAYD=$<TARGET_FILE:memdecayd>")
 endif()
 # One ctest entry per case, so a failure names the behaviour.
-foreach(case transparency cell_map eviction two_sequences unreachable_budget fail_open reattach labels)
+foreach(case transparency cell_map eviction two_sequences unreachable_budget fail_open reattach labels
+             tier tier_daemon)
   add_test(NAME llama_${case} COMMAND check_llama)
   set_tests_properties(llama_${case} PROPERTIES
     ENVIRONMENT "${_md_llama_env};MD_LLAMA_TEST=${case};CK_DEFAULT_TIMEOUT=240"

@@ -38,6 +38,7 @@ struct opts {
 	const char *model, *trace, *policy, *socket, *daemon, *dump_tokens, *chat_format;
 	long budget_tokens;
 	int json, plain, no_daemon, quiet, threads, max_new, n_ctx, layer_stride, page_tokens;
+	int tier_mb;
 };
 
 struct probe_result {
@@ -83,6 +84,7 @@ static void usage(FILE *f)
 		"  --json         one JSON object on stdout\n"
 		"  --threads N (1) --ctx N (auto) --max-new N (24) --layer-stride K (1)\n"
 		"  --page-tokens P (16) --daemon PATH (memdecayd next to this program)\n"
+		"  --tier-mb N    keep evicted pages' K/V in a host tier of N MiB (docs/llama.md)\n"
 		"  --no-daemon    adapter attached to no daemon (fail-open path)\n"
 		"  --plain        plain llama.cpp, no adapter (same settings)\n"
 		"  --dump-tokens FILE  write each probe's greedy token ids\n"
@@ -125,6 +127,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->layer_stride = atoi(v);
 		else if (ARG("--page-tokens"))
 			o->page_tokens = atoi(v);
+		else if (ARG("--tier-mb"))
+			o->tier_mb = atoi(v);
 		else if (ARG("--dump-tokens"))
 			o->dump_tokens = v;
 		else if (ARG("--chat-format"))
@@ -585,6 +589,7 @@ static int create_adapter(struct run *r, struct daemon *d, struct llama_context_
 	ac.page_tokens = (uint32_t)r->o.page_tokens;
 	ac.max_seqs = 1;
 	ac.layer_stride = (uint32_t)r->o.layer_stride;
+	ac.tier_mb = r->o.tier_mb > 0 ? (uint32_t)r->o.tier_mb : 0;
 	ac.attach = !r->o.no_daemon;
 	ac.quiet = 0;
 	if (ac.attach) {
@@ -757,6 +762,11 @@ static void print_json(const struct opts *o, uint32_t trace_tokens, uint32_t n_c
 	fprintf(f, ", \"attn_records\": %llu, \"attn_dropped\": %llu, \"local_evictions\": %llu",
 		(unsigned long long)st->attn_records, (unsigned long long)st->attn_dropped,
 		(unsigned long long)st->local_evictions);
+	fprintf(f, ", \"tier_on\": %s, \"tier_kept\": %llu, \"tier_restored\": %llu"
+		", \"tier_dropped\": %llu, \"tier_peak_pages\": %llu",
+		st->tier_on ? "true" : "false", (unsigned long long)st->tier_kept,
+		(unsigned long long)st->tier_restored, (unsigned long long)st->tier_dropped,
+		(unsigned long long)st->tier_peak_pages);
 	print_json_probes(f, sm);
 }
 

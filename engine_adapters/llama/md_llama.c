@@ -64,6 +64,8 @@ int md_llama_create(const struct md_llama_config *cfg, const struct llama_model 
 	a->n_layer = (uint32_t)llama_model_n_layer(model);
 	a->n_layer_observed = (a->n_layer + a->cfg.layer_stride - 1) / a->cfg.layer_stride;
 	a->cur_seq = -1;
+	a->tier_seq = -1;
+	a->type_k = a->type_v = GGML_TYPE_F16;
 	*out = a;
 	return 0;
 }
@@ -78,6 +80,8 @@ void md_llama_destroy(md_llama *a)
 		for (uint32_t s = 0; s < a->n_seq_all; s++)
 			free(a->seqs[s].page_of);
 	}
+	for (uint32_t p = 0; a->pages && p < a->page_cap; p++)
+		free(a->pages[p].blob);
 	free(a->seqs);
 	if (a->have_batch)
 		llama_batch_free(a->batch);
@@ -117,6 +121,12 @@ void md_llama_context_params(md_llama *a, struct llama_context_params *cp)
 		cp->swa_full = true;
 	if (cp->n_seq_max < a->max_seqs)
 		cp->n_seq_max = a->max_seqs;
+	/* The host tier saves and restores a page through a sequence of its own:
+	 * the last id, past every id the caller uses. */
+	if (a->cfg.tier_mb)
+		cp->n_seq_max++;
+	a->type_k = cp->type_k;
+	a->type_v = cp->type_v;
 }
 
 /* ---- daemon link ---- */
@@ -174,7 +184,13 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	a->n_seq_all = llama_n_seq_max(ctx);
 	if (a->n_seq_all < a->max_seqs)
 		return -EINVAL;
-	a->page_cap = a->n_ctx / a->P + 2 * a->max_seqs + 8;
+	const char *why = mdl_tier_setup(a);
+	if (why) {
+		md__notice(a, "memdecay: host tier off: %s", why);
+		a->cfg.tier_mb = 0;
+	}
+	/* a tier page keeps its record and its daemon slot */
+	a->page_cap = a->n_ctx / a->P + 2 * a->max_seqs + 8 + (uint32_t)a->tier_cap_pages;
 	a->n_maps = llama_model_n_swa(a->model) > 0 ? 2 : 1;
 	size_t n_cells = (size_t)a->n_maps * a->n_ctx;
 
@@ -223,6 +239,10 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	cc.max_seqs = a->max_seqs;
 	cc.policy = a->policy;
 	cc.budget_sequence_tokens = a->cfg.budget_sequence_tokens;
+	if (a->tier_on) {
+		cc.tier_pages = a->tier_cap_pages;
+		cc.page_bytes = a->st.tier_page_bytes;
+	}
 	int rc = md_client_create(&cc, &a->client);
 	if (rc < 0) {
 		a->client = NULL;
@@ -237,21 +257,54 @@ int md_llama_bind(md_llama *a, struct llama_context *ctx)
 	return 0;
 }
 
-/* One evict command, as libmemdecay hands it over (md_apply_fn): the page
- * leaves llama.cpp's cache and the library's mirror.  A command for a page
- * this adapter no longer has, or one it refuses (the tail page, a pinned
+/* One command, as libmemdecay hands it over (md_apply_fn).  Evict: the page
+ * leaves llama.cpp's cache, and with a granted tier and room its cells stay
+ * in host memory (2), else it leaves the library's mirror too (1).  Restore:
+ * its cells go back at their positions (1), or llama.cpp has no free cells
+ * (0: REFUSED).  Drop: the host copy goes (1).  A command for a page this
+ * adapter no longer has, or an evict it refuses (the tail page, a pinned
  * page), keeps the page. */
 static int md__apply_one(void *ctx, const struct md_evict *ev)
 {
 	md_llama *a = ctx;
-	if (ev->type != MD_CMD_EVICT)
-		return 0;   /* no host tier: the library hands over evicts only */
 	int32_t p = ev->slot < a->page_cap ? a->slot_to_page[ev->slot] : -1;
-	if (p < 0 || !a->pages[p].live || !a->pages[p].registered || a->pages[p].gen != ev->gen) {
+	if (p < 0 || !a->pages[p].registered || a->pages[p].gen != ev->gen) {
 		a->st.cmds_stale++;
 		return 0;
 	}
-	return mdl_evict(a, (uint32_t)p, 1) == 0;
+	struct mdl_page *pg = &a->pages[p];
+	if (ev->type == MD_CMD_RESTORE || ev->type == MD_CMD_DROP) {
+		if (!pg->tier) {
+			a->st.cmds_stale++;
+			return 0;
+		}
+		if (ev->type == MD_CMD_DROP) {
+			mdl_tier_drop(a, (uint32_t)p);
+			return 1;
+		}
+		return mdl_tier_restore(a, (uint32_t)p) == 0;
+	}
+	if (ev->type != MD_CMD_EVICT || !pg->live) {
+		a->st.cmds_stale++;
+		return 0;
+	}
+	int keep = a->tier_on && md_client_tier_budget(a->client) > 0;
+	int rc = mdl_evict(a, (uint32_t)p, 1, keep);
+	return rc < 0 ? 0 : rc == 1 ? 2 : 1;
+}
+
+/* A daemon without a tier for us (a 1.3 daemon, or tier budget 0 after a
+ * reattach) never restores or drops: free what the tier holds. */
+static void md__tier_revoke(md_llama *a)
+{
+	if (!a->tier_n || md_client_tier_budget(a->client) > 0)
+		return;
+	for (uint32_t p = 0; p < a->page_cap; p++) {
+		if (!a->pages[p].tier)
+			continue;
+		md_page_free(a->client, a->pages[p].slot, MD_FREE_DROPPED);
+		mdl_tier_drop(a, p);
+	}
 }
 
 int md_llama_step(md_llama *a)
@@ -272,6 +325,7 @@ int md_llama_step(md_llama *a)
 		md__on_attached(a, 0);   /* a new daemon rebuilt our pages */
 	md__refresh_params(a);
 	md_apply_commands(a->client, md__apply_one, a);
+	md__tier_revoke(a);
 	return 0;
 }
 
@@ -318,7 +372,7 @@ static int md__local_fallback(md_llama *a, llama_seq_id seq)
 	struct mdl_seq *s = &a->seqs[seq];
 	for (uint32_t i = 0; i < s->page_of_cap; i++) {
 		int32_t p = s->page_of[i];
-		if (p >= 0 && mdl_evict(a, (uint32_t)p, 0) == 0) {
+		if (p >= 0 && mdl_evict(a, (uint32_t)p, 0, 0) == 0) {
 			a->st.local_evictions++;
 			return 0;
 		}
@@ -399,7 +453,7 @@ static int md__decode_one(md_llama *a, struct llama_batch *b, llama_seq_id seq,
 int md_llama_decode(md_llama *a, llama_seq_id seq, const llama_token *tok,
 		    const uint8_t *regions, uint32_t n, int logits)
 {
-	if (!a->ctx || seq < 0 || (uint32_t)seq >= a->n_seq_all)
+	if (!a->ctx || seq < 0 || (uint32_t)seq >= a->n_seq_all || seq == a->tier_seq)
 		return -EINVAL;
 	if (!n)
 		return 0;
@@ -440,7 +494,7 @@ llama_pos md_llama_pos_next(const md_llama *a, llama_seq_id seq)
 int md_llama_seq_copy(md_llama *a, llama_seq_id src, llama_seq_id dst)
 {
 	if (src < 0 || dst < 0 || (uint32_t)src >= a->n_seq_all || (uint32_t)dst >= a->n_seq_all ||
-	    (uint32_t)dst < a->max_seqs || src == dst)
+	    (uint32_t)dst < a->max_seqs || src == dst || src == a->tier_seq || dst == a->tier_seq)
 		return -EINVAL;
 	md_llama_seq_truncate(a, dst, 0);
 	llama_memory_seq_cp(a->mem, src, dst, -1, -1);
@@ -472,6 +526,7 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0)
 				md_page_free(a->client, a->pages[p].slot, MD_FREE_FINISHED);
 			mdl_page_release(a, (uint32_t)p);
 		}
+		mdl_tier_seq_end(a, seq);
 		if (a->client)
 			md_seq_end(a->client, (uint32_t)seq);
 		s->live_tokens = 0;
@@ -494,6 +549,11 @@ void md_llama_get_stats(const md_llama *a, struct md_llama_stats *out)
 	*out = a->st;
 	out->mean_live_tokens = a->live_weight ? a->live_weighted_sum / (double)a->live_weight : 0;
 	out->attached = a->attached;
+	out->tier_on = a->tier_on;
+	out->tier_cap_pages = a->tier_cap_pages;
+	out->tier_cap_bytes = a->tier_cap_bytes;
+	out->tier_pages = a->tier_n;
+	out->tier_bytes = a->tier_bytes;
 	if (a->client && a->attached) {
 		struct md_client_counters cc;
 		md_client_counters(a->client, &cc);

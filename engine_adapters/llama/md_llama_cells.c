@@ -54,6 +54,12 @@ void mdl_observe_kv_write(md_llama *a, const struct ggml_tensor *t, long layer)
 	a->cur_idx[m] = idx;
 	a->cur_map_seen |= 1u << m;
 	if (m == 0) {
+		/* llama.cpp's apply_ubatch moves its head past the slot's last cell */
+		int64_t last = n <= 0 ? -1
+			     : idx->type == GGML_TYPE_I64 ? ((const int64_t *)data)[n - 1]
+							  : ((const int32_t *)data)[n - 1];
+		if (last >= 0 && last < (int64_t)a->n_ctx)
+			a->kv_head = (uint32_t)last + 1;
 		a->st.map_writes += (uint64_t)n;
 		a->cur_idx_seen = 1;
 	}
@@ -67,6 +73,9 @@ void mdl_cells_clear(md_llama *a, llama_seq_id seq, llama_pos p0, int32_t page)
 			a->cell_seq[c] = -1;
 			a->cell_pos[c] = -1;
 			a->cell_page[c] = -1;
+			/* seq_rm moves llama.cpp's head back to the first cell it frees */
+			if (c < a->n_ctx && c < a->kv_head)
+				a->kv_head = (uint32_t)c;
 		}
 	}
 }

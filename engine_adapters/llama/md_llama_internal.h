@@ -8,6 +8,7 @@
  *   md_llama_cells.c  cell -> (seq, pos) map, read from the layer-0 K write
  *   md_llama_pages.c  the page mirror: declaration, registration, eviction
  *   md_llama_attn.c   cb_eval, the attention reduction, the step's records
+ *   md_llama_tier.c   the host tier: a page's cells saved, restored, dropped
  */
 #ifndef MD_LLAMA_INTERNAL_H
 #define MD_LLAMA_INTERNAL_H
@@ -34,7 +35,14 @@ struct mdl_page {
 	uint8_t live;
 	uint8_t registered;  /* the daemon knows it (slot, gen valid) */
 	uint8_t dirty;       /* grew since the last PAGE_GROW */
+	uint8_t tier;        /* evicted, its cells kept in the host tier (blob) */
+	uint8_t order_ok;    /* order[] holds the blob's cell order */
 	uint32_t slot, gen;
+	/* host tier: llama_state_seq_get_data of the page's cells, and the token
+	 * offset of each cell in the blob's order (the cells' index order) */
+	uint8_t *blob;
+	size_t blob_len;
+	uint8_t order[MD_PAGE_TOKENS_MAX];
 };
 
 struct mdl_seq {
@@ -68,6 +76,10 @@ struct md_llama {
 	int32_t *cell_seq, *cell_pos, *cell_page;
 	uint8_t *cell_tok;
 	uint8_t *layer_map;     /* [n_layer] */
+	/* llama.cpp's search start in map 0's cache (its v_heads[0]), followed
+	 * from the K writes and our seq_rm calls, so that a restore's cells can be
+	 * placed as find_slot places them (md_llama_tier.c) */
+	uint32_t kv_head;
 
 	/* pages */
 	struct mdl_page *pages;
@@ -102,6 +114,14 @@ struct md_llama {
 	struct md_params_view params;
 	int have_params;
 
+	/* host tier */
+	int tier_on;
+	llama_seq_id tier_seq;  /* scratch sequence: n_seq_max - 1, reserved */
+	uint64_t tier_cap_pages, tier_cap_bytes;
+	uint32_t tier_n;
+	uint64_t tier_bytes;
+	enum ggml_type type_k, type_v;
+
 	struct llama_batch batch;  /* n_ubatch tokens, allocated once */
 	uint64_t last_keepalive_ns;
 	int have_batch;
@@ -125,7 +145,8 @@ int32_t mdl_page_at(const md_llama *a, llama_seq_id seq, llama_pos pos);
 void mdl_page_release(md_llama *a, uint32_t p);
 int mdl_page_is_tail(const md_llama *a, const struct mdl_page *pg);
 int mdl_page_pinned(const md_llama *a, const struct mdl_page *pg);
-int mdl_evict(md_llama *a, uint32_t p, int by_daemon);
+/* 0: evicted; 1: evicted, its K/V kept in the host tier (keep and room). */
+int mdl_evict(md_llama *a, uint32_t p, int by_daemon, int keep);
 int mdl_pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 		     const uint8_t *regions, uint32_t n);
 
@@ -133,5 +154,14 @@ int mdl_pages_append(md_llama *a, llama_seq_id seq, llama_pos pos0,
 bool mdl_cb_eval(struct ggml_tensor *t, bool ask, void *user);
 const void *mdl_tensor_host(md_llama *a, const struct ggml_tensor *t, size_t nbytes);
 void mdl_publish_step(md_llama *a, llama_seq_id seq, uint32_t n);
+
+/* md_llama_tier.c */
+/* NULL when the tier is on, else why not (cfg.tier_mb > 0). */
+const char *mdl_tier_setup(md_llama *a);
+int mdl_tier_save(md_llama *a, uint32_t p);
+void mdl_tier_stash(md_llama *a, uint32_t p);
+int mdl_tier_restore(md_llama *a, uint32_t p);
+void mdl_tier_drop(md_llama *a, uint32_t p);
+void mdl_tier_seq_end(md_llama *a, llama_seq_id seq);
 
 #endif

@@ -119,22 +119,38 @@ int mdl_page_pinned(const md_llama *a, const struct mdl_page *pg)
 	return 0;
 }
 
-/* Frees page p in llama.cpp (positions kept, a hole) and everywhere else. */
-int mdl_evict(md_llama *a, uint32_t p, int by_daemon)
+/* Frees page p in llama.cpp (positions kept, a hole) and everywhere else.
+ * keep: save its cells in the host tier first when there is room; the page
+ * then keeps its record and slot (returns 1) and the caller tells the daemon
+ * (apply returns 2) — no PAGE_FREE. */
+int mdl_evict(md_llama *a, uint32_t p, int by_daemon, int keep)
 {
 	struct mdl_page *pg = &a->pages[p];
 	if (mdl_page_is_tail(a, pg) || mdl_page_pinned(a, pg)) {
 		a->st.cmds_refused++;
 		return -EPERM;
 	}
+	int kept = 0;
+	if (keep) {
+		kept = mdl_tier_save(a, p) == 0;
+		a->st.tier_full += !kept;
+	}
 	if (!llama_memory_seq_rm(a->mem, pg->seq, (llama_pos)pg->first_pos,
 				 (llama_pos)(pg->first_pos + a->P))) {
 		a->st.seq_rm_failed++;
+		if (kept) {
+			free(pg->blob);
+			pg->blob = NULL;
+		}
 		return -EIO;
 	}
 	a->st.evictions++;
 	a->st.evicted_tokens += pg->n_tokens;
 	a->st.evictions_by_region[md__region_majority(pg->labels, pg->n_tokens)]++;
+	if (kept) {
+		mdl_tier_stash(a, p);
+		return 1;
+	}
 	if (pg->registered && a->client)
 		md_page_free(a->client, pg->slot, by_daemon ? MD_FREE_EVICTED : MD_FREE_FINISHED);
 	mdl_page_release(a, p);
@@ -210,7 +226,9 @@ int md_llama_evict_page(md_llama *a, llama_seq_id seq, llama_pos pos)
 	int32_t p = mdl_page_at(a, seq, pos);
 	if (p < 0 || (uint32_t)seq >= a->max_seqs)
 		return -ENOENT;
-	return mdl_evict(a, (uint32_t)p, 0);
+	/* the local tier: only where no daemon client keeps a mirror of it */
+	int rc = mdl_evict(a, (uint32_t)p, 0, a->tier_on && !a->client);
+	return rc < 0 ? rc : 0;
 }
 
 int md_llama_token_region(const md_llama *a, llama_seq_id seq, llama_pos pos)

@@ -40,6 +40,8 @@ struct md_llama_config {
 	uint32_t heartbeat_timeout_ms;    /* daemon liveness; 0 = 2000 */
 	int check_rows;                   /* test: measure row sums over live cells */
 	int quiet;                        /* 1: no fail-open notices on stderr */
+	uint32_t tier_mb;                 /* host tier for evicted pages, MiB; 0: none
+	                                     (docs/llama.md, "Host tier") */
 };
 void md_llama_config_init(struct md_llama_config *cfg);
 
@@ -71,6 +73,13 @@ int md_llama_seq_truncate(md_llama *a, llama_seq_id seq, llama_pos p0);
 /* Evicts the page holding pos, as a daemon command would (tests, local
  * fallback).  Refuses pinned regions (by the current parameters) and the tail. */
 int md_llama_evict_page(md_llama *a, llama_seq_id seq, llama_pos pos);
+/* With a host tier and no daemon client (cfg.attach 0), md_llama_evict_page
+ * keeps the page's K/V in the tier; this puts it back at its own positions, as
+ * a daemon's restore command would (tests).  -ENOENT: not in the tier,
+ * -ENOSPC: no free cells, -EPERM: a daemon client decides restores. */
+int md_llama_restore_page(md_llama *a, llama_seq_id seq, llama_pos pos);
+/* The sequence id the tier reserves as scratch (n_seq_max - 1), -1 without a tier. */
+llama_seq_id md_llama_tier_seq(const md_llama *a);
 
 /* The adapter's view of cell c: seq -1 when free.  md_llama_cell reads map 0
  * (the KV cache layer 0 writes to). */
@@ -115,6 +124,16 @@ struct md_llama_stats {
 	uint64_t budget_wait_ns;         /* waiting for the daemon over budget */
 	int attached;
 	uint64_t instance_id;
+	/* host tier (cfg.tier_mb; docs/llama.md "Host tier") */
+	int tier_on;                     /* granted by this model and context */
+	uint64_t tier_cap_pages, tier_cap_bytes;
+	uint64_t tier_pages, tier_bytes; /* held now */
+	uint64_t tier_peak_pages, tier_peak_bytes;
+	uint64_t tier_kept, tier_restored, tier_restore_refused, tier_dropped;
+	uint64_t tier_full;              /* evicts freed because the tier had no room */
+	uint64_t tier_unmapped;          /* restores whose cells could not be predicted */
+	uint64_t tier_page_bytes;        /* one page's state blob, measured */
+	uint64_t tier_save_ns, tier_restore_ns;
 };
 void md_llama_get_stats(const md_llama *a, struct md_llama_stats *out);
 
