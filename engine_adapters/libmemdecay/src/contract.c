@@ -282,20 +282,32 @@ MD__EXPORT int md_settle(md_client *c, const uint32_t *seqs, const uint32_t *n_n
 	return 0;
 }
 
+/* The waits' common start: res (or a local one) reset to OK; -EINVAL without
+ * a client or an apply callback; 0 with DETACHED when there is no daemon to
+ * wait for (fail-open); 1 to go on. */
+static int settle_start(md_client *c, md_apply_fn apply, struct md_settle_result **res,
+			struct md_settle_result *local)
+{
+	if (!*res)
+		*res = local;
+	**res = (struct md_settle_result){ .outcome = MD_SETTLE_OK };
+	if (!c || !apply)
+		return -EINVAL;
+	if (!c->attached) {
+		(*res)->outcome = MD_SETTLE_DETACHED;
+		return 0;
+	}
+	return 1;
+}
+
 MD__EXPORT int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t slack_pages,
 				int timeout_ms, md_apply_fn apply, void *ctx,
 				struct md_settle_result *res)
 {
 	struct md_settle_result local;
-	if (!res)
-		res = &local;
-	*res = (struct md_settle_result){ .outcome = MD_SETTLE_OK };
-	if (!c || !apply)
-		return -EINVAL;
-	if (!c->attached) {
-		res->outcome = MD_SETTLE_DETACHED;
-		return 0;
-	}
+	int rc = settle_start(c, apply, &res, &local);
+	if (rc <= 0)
+		return rc;
 	struct md_params_view pv;
 	(void)md_client_params(c, &pv);   /* a refused block: the last good copy */
 	if (!pv.budget_engine_pages)
@@ -304,7 +316,7 @@ MD__EXPORT int md_settle_engine(md_client *c, uint32_t n_next_pages, uint32_t sl
 			    .n_next_pages = n_next_pages,
 			    .page_limit = pv.budget_engine_pages + slack_pages,
 			    .over = engine_over };
-	int rc = settle_apply(&s);
+	rc = settle_apply(&s);
 	if (rc < 0)
 		return rc;
 	if (!engine_over(&s))
@@ -334,15 +346,9 @@ MD__EXPORT int md_settle_recall(md_client *c, int timeout_ms, md_apply_fn apply,
 				struct md_settle_result *res)
 {
 	struct md_settle_result local;
-	if (!res)
-		res = &local;
-	*res = (struct md_settle_result){ .outcome = MD_SETTLE_OK };
-	if (!c || !apply)
-		return -EINVAL;
-	if (!c->attached) {
-		res->outcome = MD_SETTLE_DETACHED;
-		return 0;
-	}
+	int rc = settle_start(c, apply, &res, &local);
+	if (rc <= 0)
+		return rc;
 	if (c->stats_cuda)
 		return -ENOTSUP;   /* the records' head is the device ring's (gpu.c) */
 	struct settle s = { .c = c, .apply = apply, .ctx = ctx, .res = res };
@@ -351,7 +357,7 @@ MD__EXPORT int md_settle_recall(md_client *c, int timeout_ms, md_apply_fn apply,
 	uint64_t deadline = t0 + (timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
 	uint64_t quiet_from = 0;
 	uint32_t quiet_applied = 0;
-	int at_target = 0, rc, outcome;
+	int at_target = 0, outcome;
 	for (;;) {
 		if ((rc = settle_apply(&s)) < 0)
 			return rc;
