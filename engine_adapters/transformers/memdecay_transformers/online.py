@@ -176,12 +176,17 @@ class Tier:
         for j, p in enumerate(positions):
             self.kv[p] = [(k[:, :, j:j + 1], v[:, :, j:j + 1]) for k, v in kv]
 
-    def take(self, positions):
-        """Removes and returns the entries of positions as per layer (keys, values)."""
-        ents = [self.kv.pop(p) for p in positions]
-        n_layers = len(ents[0])
+    def gather(self, positions):
+        """The entries of positions as per layer (keys, values); the tier keeps them."""
+        ents = [self.kv[p] for p in positions]
         return [(torch.cat([e[li][0] for e in ents], 2), torch.cat([e[li][1] for e in ents], 2))
-                for li in range(n_layers)]
+                for li in range(len(ents[0]))]
+
+    def take(self, positions):
+        """The same, removed from the tier."""
+        out = self.gather(positions)
+        self.drop(positions)
+        return out
 
     def drop(self, positions):
         for p in positions:
@@ -294,8 +299,7 @@ class MemDecayOnline:
         ctx_pos = [self.cache_pos[i] for i in before] + tpos
         order = sorted(range(len(ctx_pos)), key=ctx_pos.__getitem__)
         res = self.f.take(before)
-        tkv = self.tier.take(tpos)
-        self.tier.put(tpos, tkv)
+        tkv = self.tier.gather(tpos)
         idx = torch.as_tensor(order, dtype=torch.long)
         ctx_kv = [(torch.cat([rk, tk], 2).index_select(2, idx),
                    torch.cat([rv, tv], 2).index_select(2, idx))
