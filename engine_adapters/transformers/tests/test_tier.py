@@ -37,20 +37,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from memdecay import Region
 from memdecay_transformers import Feeder, MemDecayOnline, encode_messages, question_ids
 from memdecay_transformers.daemon import Daemon
+from memdecay_transformers.pages import LayerHeartbeat
 from chats import chat  # noqa: E402  (tests/chats.py)
+from test_adapter import check  # noqa: E402  (one way to report a check)
 
 P = 16
 BUDGET = 128
 TIER = 24
 torch.manual_seed(0)
 torch.set_num_threads(2)
-
-
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
-    print("ok:", what)
 
 
 class Watch:
@@ -124,7 +119,8 @@ class Watch:
             cache.update(k, v, li)
         n = len(ids)
         new = list(range(self.f.next_pos, self.f.next_pos + n))
-        with torch.no_grad():
+        # the engine stays attached through this forward too (heartbeat per layer)
+        with torch.no_grad(), LayerHeartbeat(self.f.model, self.on.client):
             out = self.f.model(input_ids=torch.tensor([ids]), past_key_values=cache,
                                position_ids=torch.tensor([new]),
                                cache_position=torch.arange(len(pos), len(pos) + n),

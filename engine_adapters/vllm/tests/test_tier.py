@@ -120,6 +120,14 @@ def run(daemon):
         return ok
 
     tier.Tier.keep, tier.Tier.restore = keep, restore
+    evict0 = Commands._evict_block
+
+    def evict_block(self, r, b, slot):
+        # a restored block evicted again before its next forward is no longer
+        # expected in the block table
+        pending[:] = [p for p in pending if (p[0], p[1]) != (r.id, b)]
+        return evict0(self, r, b, slot)
+    Commands._evict_block = evict_block
     inner = CPUAttentionBackendImpl.forward
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *a, **kw):
