@@ -329,7 +329,8 @@ class Engine:
             self.tier.publish_estimates(scheduled, self.att.batch, prm)
         if reportable:
             if recall:
-                # a prefill's end: the first decoded token should see what comes back
+                # estimates from a prefill chunk: the blocks they bring back should
+                # be in place before the next tokens are computed
                 self.commands.recall(evicted, prm, self.s.recall_wait_ms)
             self.commands.settle([r for r in reqs if r.pages], evicted, prm)
             if self.reserve is not None:
