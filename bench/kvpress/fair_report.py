@@ -57,9 +57,10 @@ def is_unpinned_press(row):
 
 
 class Report:
-    def __init__(self, out, mode, complete_only=False):
+    def __init__(self, out, mode, complete_only=False, budgets=None):
         runs, self.refs = load(out)
-        self.runs = [r for r in runs if r["mode"] == mode]
+        self.runs = [r for r in runs if r["mode"] == mode
+                     and (budgets is None or r["budget"] in budgets)]
         self.partial = []
         if complete_only:   # a run stopped mid-trace: only traces every row finished
             cells = {}

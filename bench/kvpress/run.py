@@ -53,6 +53,7 @@ from memdecay_transformers import (GEMMA, Feeder, MemDecayOnline, MemDecayPress,
                                    encode_messages, end_of_turn_id, kv_cache, sliding_window)
 from memdecay_transformers.chat import question_ids  # noqa: E402
 from memdecay_transformers.daemon import Daemon  # noqa: E402
+from memdecay.regions import region_of  # noqa: E402
 import fair  # noqa: E402  (bench/kvpress/fair.py)
 import jsonl  # noqa: E402  (bench/kvpress/jsonl.py)
 
@@ -120,7 +121,21 @@ ALL_ROWS = ["kv:" + k + v for k in KV_PRESSES for v in VARIANTS] + list(MD_ROWS)
 FAIR_ROWS = (["kv:" + k + v for k in KV_PRESSES for v in VARIANTS[:3]] + ["kv:streaming_llm+page"]
              + ["memdecay-turn", "memdecay-turn+nopin", "memdecay", "memdecay+nopin",
                 "md-recency", "md-recency+nopin", "memdecay-cal", "memdecay-turn+w50"])
-ROW_SETS = {"fair": FAIR_ROWS, "old": OLD_ROWS, "all": ALL_ROWS}
+# Rows with a host tier and recall (docs/tier.md; docs/kvpress.md, "Recall"): row -> the
+# MemDecay row whose policy and daemon it runs.  Every evicted page stays in the tier (it is
+# sized for the whole trace, so nothing is dropped), and each probe's question is fed through
+# the engine like a turn, so its queries can recall pages before the answer is scored.
+#   arkvale-style: the ArkVale-like baseline: recency eviction, no regions, nothing pinned, the
+#                  same tier, exact-key estimates and recall rule as MemDecay's row.
+TIER_ROWS = {"memdecay-turn+dens+tier": "memdecay-turn+dens",
+             "memdecay-turn+tier": "memdecay-turn",
+             "arkvale-style": "md-recency+nopin"}
+ALL_ROWS += list(TIER_ROWS)
+# the recall comparison at the resident budgets the issue names: the tier rows beside the
+# strongest presses and the same MemDecay rows without a tier (their runs from the fair set)
+RECALL_ROWS = list(TIER_ROWS)
+RECALL_BUDGETS = "0.25,0.5"
+ROW_SETS = {"fair": FAIR_ROWS, "old": OLD_ROWS, "all": ALL_ROWS, "recall": RECALL_ROWS}
 MODES = ("oneshot", "online")
 
 
@@ -242,23 +257,43 @@ def ask(m, feeder, q, a, want_attention=False):
             x = layer[0, :, :len(q), :phys].float().mean(1)          # (H, phys)
             per.append(x.view(m.n_kv, g, phys).mean(1))
         att = torch.stack(per)                                        # (L, KV, phys)
-    first = lp.argmax(-1).tolist()
-    text_ids = []
-    if first == a:                        # the greedy answer starts with the gold answer
-        passed = True
-    else:
+    passed = lp.argmax(-1).tolist() == a  # the greedy answer starts with the gold answer
+    if not passed:
         feeder.crop(phys + len(q), pos + len(q))
-        t = int(out.logits[0, len(q) - 1].argmax())
-        passed = False
-        while len(text_ids) < MAX_NEW and t not in m.stop:
-            text_ids.append(t)
-            if contains(m.tok.decode(text_ids), m.tok.decode(a)):
-                passed = True
-                break
-            o = feeder.forward([t])
-            t = int(o.logits[0, -1].argmax())
+        passed = greedy_contains(m, feeder, int(out.logits[0, len(q) - 1].argmax()), a)
     feeder.crop(phys, pos)
     return passed, gold, lp, att
+
+
+def greedy_contains(m, feeder, t, a):
+    """Greedy decoding from token t (the first answer token) on the feeder's cache, up to
+    MAX_NEW tokens or the end of the turn: whether the text contains the gold answer a."""
+    text_ids = []
+    while len(text_ids) < MAX_NEW and t not in m.stop:
+        text_ids.append(t)
+        if contains(m.tok.decode(text_ids), m.tok.decode(a)):
+            return True
+        t = int(feeder.forward([t]).logits[0, -1].argmax())
+    return False
+
+
+def answer_after(m, feeder, first, a):
+    """A probe whose question is already in the feeder's cache (fed through the engine, as the
+    tier rows do); first: the logits at the question's last position.  The same scoring as
+    ask(): teacher-forced gold answer, then greedy decoding if it does not come first.  The
+    cache is left as it was.  Returns (passed, gold_lp, answer log-softmax rows)."""
+    phys, pos = feeder.phys_len(), feeder.next_pos
+    rows = [first.reshape(1, -1)]
+    if len(a) > 1:
+        rows.append(feeder.forward(a[:-1]).logits[0])
+    lp = log_softmax(torch.cat(rows))
+    gold = float(sum(lp[i, t] for i, t in enumerate(a)))
+    passed = lp.argmax(-1).tolist() == a
+    if not passed:
+        feeder.crop(phys, pos)
+        passed = greedy_contains(m, feeder, int(first.argmax()), a)
+    feeder.crop(phys, pos)
+    return passed, gold, lp
 
 
 def _batched_cache(m, cache, n):
@@ -433,7 +468,10 @@ def parse_kv_row(row):
 
 
 def runs_in(row, mode):
-    """Whether a row runs in a mode: the presses in ONESHOT_ONLY have no online row."""
+    """Whether a row runs in a mode: the presses in ONESHOT_ONLY have no online row, the tier
+    rows no one-shot one."""
+    if row in TIER_ROWS:
+        return mode == "online"
     return not (row.startswith("kv:") and mode == "online"
                 and parse_kv_row(row)[0] in ONESHOT_ONLY)
 
@@ -495,7 +533,73 @@ def feed_press(m, tr, f, row, mode, B, ref_lp=None, ordered=True):
     return kept, kls
 
 
+def feed_online(m, tr, f, policy, d, B, ref_lp, tier_pages=0):
+    """Feeds trace tr into feeder f message by message through MemDecayOnline (policy, daemon
+    d, budget B tokens, tier_pages of host tier).  Returns (online, KL per assistant message of
+    ref_lp)."""
+    online = MemDecayOnline(f, policy=policy, budget_tokens=B, socket=d.sock,
+                            tier_pages=tier_pages)
+    kls = []
+    for a, b in tr.chunks():
+        out = online.forward(tr.ids[a:b], tr.regions[a:b], logits_to_keep=ltk(a, b, ref_lp))
+        if (a, b) in ref_lp:
+            kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+    return online, kls
+
+
+def run_tier(m, tr, ref, row, frac, daemons):
+    """A tier row (TIER_ROWS) online at budget frac.  Each scored probe runs on its own copy of
+    the trace's run, as every other row's probes do: the trace is fed again (the daemon's
+    decisions are deterministic: every copy evicts the same pages), then the question goes
+    through the engine as a user turn, under a budget raised by the question's own length (so
+    the trace keeps exactly B resident tokens, as in the other rows, whose questions are not
+    charged).  Its queries estimate the tier's attention; memdecayd's recall decisions are
+    applied before the answer is scored."""
+    ref_lp, ref_probes = ref
+    B = budget_tokens(tr.n, frac)
+    policy, which = MD_ROWS[TIER_ROWS[row]]
+    d = daemons[which]
+    tier_pages = -(-m.positions(tr) // 16) + 1     # the whole run fits: nothing is dropped
+    user = [int(region_of({"role": "user"}))]
+    t0 = time.monotonic()
+    f = m.feeder(tr)
+    online, kls = feed_online(m, tr, f, policy, d, B, ref_lp, tier_pages)
+    kept_tokens = f.phys_len()
+    feed_stats = dict(online.seq.stats, tier_bytes=online.tier_bytes(),
+                      tier_pages=len(online.seq.tier))
+    probes = []
+    tier_max = feed_stats["tier_bytes"]
+    for k, i in enumerate(i for i, rp in enumerate(ref_probes) if rp["passed"]):
+        if k:
+            f = m.feeder(tr)
+            online, _ = feed_online(m, tr, f, policy, d, B, {}, tier_pages)
+        q, a = tr.q[i], tr.a[i]
+        before = dict(online.seq.stats)
+        online.set_budget(B + len(q))
+        out = online.forward(q, user * len(q), logits_to_keep=1)
+        passed, gold, lp = answer_after(m, f, out.logits[0, -1], a)
+        after = online.seq.stats
+        tier_max = max(tier_max, online.tier_bytes())
+        kept = [x for x in online.kept_positions() if x < tr.n]
+        p, rp = tr.probes[i], ref_probes[i]
+        probes.append({"question": p["question"], "region": p["region"], "passed": passed,
+                       "gold_lp": gold, "full_gold_lp": rp["gold_lp"],
+                       "dlp": gold - rp["gold_lp"], "kl_answer": kl_rows(rp["lp"], lp),
+                       "att_share": attention_share(rp["att"], uniform_map(m, kept)),
+                       "resident_trace_tokens": len(kept),
+                       "recalled": after["restores"] - before["restores"],
+                       "recall_timeouts": after["recall_timeouts"] - before["recall_timeouts"]})
+        online.close()
+    return {"trace": tr.name, "model": m.name, "row": row, "mode": "online", "budget": frac,
+            "budget_tokens": B, "trace_tokens": tr.n, "kept_tokens": kept_tokens,
+            "kl_trace": (sum(kls) / len(kls)) if kls else None,
+            "tier_pages_capacity": tier_pages, "tier_bytes_max": tier_max,
+            "feed": feed_stats, "wall_s": round(time.monotonic() - t0, 3), "probes": probes}
+
+
 def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
+    if row in TIER_ROWS:
+        return run_tier(m, tr, ref, row, frac, daemons)
     ref_lp, ref_probes = ref
     B = budget_tokens(tr.n, frac)
     f = m.feeder(tr)
@@ -516,12 +620,7 @@ def run_one(m, tr, ref, row, mode, frac, daemons, ctl):
             kept = uniform_map(m, press.cache_pos)
             press.close()
         else:
-            online = MemDecayOnline(f, policy=policy, budget_tokens=B, socket=d.sock)
-            for a, b in tr.chunks():
-                out = online.forward(tr.ids[a:b], tr.regions[a:b],
-                                     logits_to_keep=ltk(a, b, ref_lp))
-                if (a, b) in ref_lp:
-                    kls.append(kl_rows(ref_lp[(a, b)], log_softmax(out.logits[0, :-1])))
+            online, kls = feed_online(m, tr, f, policy, d, B, ref_lp)
             kept = uniform_map(m, online.kept_positions())
     kept_tokens = f.phys_len()
     probes = []
@@ -690,7 +789,8 @@ def main():
         % (len(traces), len(rows), len(modes), len(budgets), todo_total, len(done), runs_path))
     daemons = {}
     try:
-        for which in sorted({MD_ROWS[r][1] for r in rows if r in MD_ROWS} - {"calibrated"}):
+        md_rows = [TIER_ROWS.get(r, r) for r in rows]
+        for which in sorted({MD_ROWS[r][1] for r in md_rows if r in MD_ROWS} - {"calibrated"}):
             daemons[which] = start_daemon(a.bin, which)
         if any(MD_ROWS.get(r, (None, None))[1] == "calibrated" for r in rows):
             daemons["calibrated"] = Daemon(a.bin)

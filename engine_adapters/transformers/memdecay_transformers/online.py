@@ -249,6 +249,12 @@ class MemDecayOnline:
     def close(self):
         self.client.close()
 
+    def set_budget(self, budget_tokens):
+        """The sequence's token budget from now on (0: none), sent to the daemon
+        as the sequence's own option; the next forward settles to it."""
+        self.budget = checks.budget_tokens(budget_tokens, "budget_tokens", minimum=0)
+        self.client.seq_set_options(self.seq.seq, budget=self.budget)
+
     def forward(self, ids, regions, logits_to_keep=0):
         pos0 = self.f.next_pos
         with LayerHeartbeat(self.f.model, self.client):
