@@ -58,6 +58,7 @@ struct world {
 	uint32_t nregions;
 	int tier;             /* tier events, estimates and tier parameters */
 	uint64_t restores, drops;
+	struct md__oracle_recall recall; /* the oracle's recall outcomes */
 };
 
 static void random_params(struct world *w)
@@ -419,7 +420,7 @@ static size_t check_decision(struct world *w)
 {
 	struct md__decision want[256], got[256];
 	size_t cap = rn(3) ? 256 : 1 + rn(4);
-	size_t nw = md__oracle_decide(w->h, want, cap);
+	size_t nw = md__oracle_decide_recall(w->h, want, cap, &w->recall);
 	size_t ng = md__host_decide(w->h, got, cap);
 	ck_assert_uint_eq(ng, nw);
 	for (size_t i = 0; i < ng; i++) {
@@ -506,7 +507,7 @@ static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
 {
 	rng_state = seed;
 	unsigned cases = 0;
-	uint64_t restores = 0, drops = 0;
+	uint64_t restores = 0, drops = 0, swapped = 0, refused = 0;
 	while (cases < n_cases) {
 		struct world w;
 		world_new_tier(&w, policy);
@@ -527,12 +528,23 @@ static void fuzz_tier(int policy, uint64_t seed, unsigned n_cases)
 		}
 		restores += w.restores;
 		drops += w.drops;
+		swapped += w.recall.swapped;
+		refused += w.recall.refused;
 		md__host_free(w.h);
 	}
-	/* the cases must actually restore and drop */
+	if (getenv("TIER_DEBUG"))
+		fprintf(stderr, "policy %d: %u cases, %llu restores (%llu against a victim), "
+			"%llu refused by the margin, %llu drops\n", policy, cases,
+			(unsigned long long)restores, (unsigned long long)swapped,
+			(unsigned long long)refused, (unsigned long long)drops);
+	/* the cases must actually restore and drop, and a candidate with a
+	 * victim must both win (an evict and a restore) and lose by the margin */
 	ck_assert_msg(restores > n_cases / 100 && drops > n_cases / 100,
 		      "only %llu restores, %llu drops", (unsigned long long)restores,
 		      (unsigned long long)drops);
+	ck_assert_msg(swapped > n_cases / 400 && refused > n_cases / 2000,
+		      "only %llu restores against a victim, %llu refused by the margin",
+		      (unsigned long long)swapped, (unsigned long long)refused);
 }
 
 START_TEST(test_tier_oracle_policy)

@@ -1,10 +1,13 @@
 /*
  * check_tier.c — the host tier and recall (ABI 1.4, docs/tier.md), case by
- * case: the tier budget holds after every pass, a restore needs more than
- * victim + recall.margin x |victim| (equal is not enough), recall.max_per_pass and the
- * output cap bound a pass and the candidates they cut stay, records from a
- * 1.3 engine and records in the wrong state are refused with their reason,
- * SEQ_END frees the tier, a resync rebuilds it, a recall hit counts once.
+ * case: the tier budget holds after every pass, a restore needs an estimate
+ * above the victim's latest attention + recall.margin x that attention (equal
+ * is not enough), under every policy (recency too, where a tier page never
+ * outscores a resident one), candidates go highest estimate first,
+ * recall.max_per_pass and the output cap bound a pass and the candidates
+ * they cut stay, records from a 1.3 engine and records in the wrong state are
+ * refused with their reason, SEQ_END frees the tier, a resync rebuilds it
+ * (attention kept), a recall hit counts once.
  * Every decision is also compared with the oracle's.  check_index runs the
  * random workloads.
  */
@@ -188,8 +191,10 @@ START_TEST(test_tier_budget_drops)
 }
 END_TEST
 
-/* engine budget 3: slot 0 (mass 1) goes to the tier; resident 1 (3), 2 (2),
- * 3 (tail, protected): the victim is slot 2, score 2, margin 0.25 (of 2) */
+/* engine budget 3: slot 0 (mass 1) goes to the tier; resident 1 (score 4),
+ * 2 (score 1 + 2 = 3, latest attention 2), 3 (tail, protected): the victim
+ * is slot 2, and a candidate's estimate must exceed 2 + 0.25 x 2 = 2.5 (its
+ * score, the h2o sum, would need 3.75) */
 static struct md__host *margin_host(struct md__params *p)
 {
 	h2o_params(p);
@@ -198,7 +203,8 @@ static struct md__host *margin_host(struct md__params *p)
 	for (uint32_t i = 0; i < 4; i++)
 		open_page(h, i, 0, 4 * i);
 	ck_assert_int_eq(attn(h, 0, 1.0f, 0, 0), 0);
-	ck_assert_int_eq(attn(h, 1, 3.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 1, 4.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 1.0f, 0, 0), 0);
 	ck_assert_int_eq(attn(h, 2, 2.0f, 0, 0), 0);
 	ck_assert_uint_eq(evict_to_tier(h), 1);
 	ck_assert_uint_eq(stats(h).tier_pages, 1);
@@ -210,11 +216,12 @@ START_TEST(test_recall_margin_boundary)
 	struct md__params p;
 	struct md__host *h = margin_host(&p);
 	struct md__decision d[8];
-	/* 1.5 < 2 + 0.25 * 2 */
-	ck_assert_int_eq(attn(h, 0, 0.5f, 1, 0), 0);
+	/* 1.5 < 2 + 0.25 * 2 (the victim's latest mass, not its sum 3) */
+	ck_assert_int_eq(attn(h, 0, 1.5f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	/* 2.5 == 2 + 0.25 * 2: equal is not enough */
-	ck_assert_int_eq(attn(h, 0, 1.0f, 1, 0), 0);
+	/* 2.5 == 2 + 0.25 * 2: equal is not enough (the page's score, 1 + 1.5
+	 * + 2.5 = 5, beats the victim's 3 by far: scores are not compared) */
+	ck_assert_int_eq(attn(h, 0, 2.5f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
 	/* no new estimate: no longer a candidate, even with a lower margin */
 	p.recall_margin = 0.125;
@@ -223,7 +230,7 @@ START_TEST(test_recall_margin_boundary)
 	p.recall_margin = 0.25;
 	set_params(h, &p);
 	/* 2.75 > 2.5: the victim is evicted, then the page restored */
-	ck_assert_int_eq(attn(h, 0, 0.25f, 1, 0), 0);
+	ck_assert_int_eq(attn(h, 0, 2.75f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 2);
 	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
 	ck_assert_uint_eq(d[0].slot, 2);
@@ -246,6 +253,88 @@ START_TEST(test_recall_margin_boundary)
 	ck_assert_int_eq(tier_event(h, 0, MD_TIER_RESTORED), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 1);
 	ck_assert_uint_eq(d[0].slot, 0);
+	md__host_free(h);
+}
+END_TEST
+
+/* Recency (score = first_pos): a tier page, older than every resident one,
+ * never outscores its victim, yet an estimate above the victim's latest
+ * attention by more than the margin brings it back.  The victim is still the
+ * oldest evictable page (slot 1), not the least attended (slot 2). */
+START_TEST(test_recall_recency)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.policy = MD_POLICY_RECENCY;
+	p.sink_tokens = 0;
+	p.protect_recent = 0;
+	p.recall_margin = 0.25;
+	p.recall_max_per_pass = 4;
+	p.budget_engine_pages = 3;
+	struct md__host *h = tier_host(&p, 8, 8);
+	for (uint32_t i = 0; i < 4; i++)
+		open_page(h, i, 0, 4 * i);
+	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0, the oldest */
+	ck_assert_uint_eq(stats(h).tier_pages, 1);
+	/* slot 1's latest record is per token: 4 x 0.5, a mass of 2 (the 4
+	 * before it is not what counts); slot 2 gets 0.5 */
+	ck_assert_int_eq(attn(h, 1, 4.0f, 0, 0), 0);
+	struct md_stats_rec r = rec(MD_REC_ATTN_TOKENS);
+	r.slot = 1;
+	r.gen = 1;
+	r.count = 4;
+	for (unsigned k = 0; k < 4; k++)
+		r.u.attn_tokens.mass[k] = 0.5f;
+	ck_assert_int_eq(ingest(h, &r), 0);
+	ck_assert_int_eq(attn(h, 2, 0.5f, 0, 0), 0);
+	struct md__decision d[8];
+	/* 1.5 is below the victim's 2 (though above slot 2's 0.5) */
+	ck_assert_int_eq(attn(h, 0, 1.5f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	/* 2.5 == 2 + 0.25 * 2: equal is not enough */
+	ck_assert_int_eq(attn(h, 0, 2.5f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	/* 3 > 2.5: slot 1 is evicted and slot 0 restored, though its score
+	 * (0) is below the victim's (4) */
+	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
+	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[0].reason, MD_EVICT_ENGINE_BUDGET);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	ck_assert_uint_eq(d[1].slot, 0);
+	struct md__engine_stats st = stats(h);
+	ck_assert_uint_eq(st.restores, 1);
+	ck_assert_uint_eq(st.estimates, 3);
+	md__host_free(h);
+}
+END_TEST
+
+/* a slot opened again starts with no recent attention: what its previous
+ * page got is not the new page's */
+START_TEST(test_recall_slot_reused)
+{
+	struct md__params p;
+	md__params_defaults(&p);
+	p.policy = MD_POLICY_RECENCY;
+	p.sink_tokens = 0;
+	p.protect_recent = 0;
+	p.recall_margin = 0.25;
+	p.budget_engine_pages = 2;
+	struct md__host *h = tier_host(&p, 8, 8);
+	for (uint32_t i = 0; i < 3; i++)
+		open_page(h, i, 0, 4 * i);
+	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0 */
+	ck_assert_int_eq(attn(h, 1, 4.0f, 0, 0), 0);
+	ck_assert_int_eq(page_free(h, 1, MD_FREE_FINISHED), 0);
+	open_page(h, 1, 0, 4);
+	/* the victim, slot 1, has had no attention: 0.5 > 0 */
+	ck_assert_int_eq(attn(h, 0, 0.5f, 1, 0), 0);
+	struct md__decision d[8];
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[1].slot, 0);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
 	md__host_free(h);
 }
 END_TEST
@@ -273,7 +362,9 @@ START_TEST(test_recall_sequence_budget)
 }
 END_TEST
 
-/* no budgets: room for every candidate, so only the caps bound a pass */
+/* no budgets: room for every candidate, so only the caps bound a pass; the
+ * candidates go from the highest estimate down, the lower slot first on a
+ * tie, whatever their scores */
 START_TEST(test_recall_cap_per_pass)
 {
 	struct md__params p;
@@ -282,21 +373,27 @@ START_TEST(test_recall_cap_per_pass)
 	struct md__host *h = tier_host(&p, 8, 8);
 	for (uint32_t i = 0; i < 5; i++)
 		open_page(h, i, 0, 4 * i);
+	static const float mass[5] = {0.5f, 2.0f, 0.25f, 8.0f, 8.0f};
+	for (uint32_t s = 0; s < 5; s++)
+		ck_assert_int_eq(attn(h, s, mass[s], 0, 0), 0);
 	ck_assert_uint_eq(evict_to_tier(h), 3); /* slots 0, 1, 2 */
 	p.budget_engine_pages = 0;
 	p.recall_max_per_pass = 1;
 	set_params(h, &p);
+	/* estimates 1, 1, 2: scores (sums) 1.5, 3, 2.25 */
+	static const float est[3] = {1.0f, 1.0f, 2.0f};
 	for (uint32_t s = 0; s < 3; s++)
-		ck_assert_int_eq(attn(h, s, 1.0f + (float)s, 1, 0), 0);
+		ck_assert_int_eq(attn(h, s, est[s], 1, 0), 0);
 	struct md__decision d[8];
 	/* one output slot: no candidate is considered, all stay */
 	ck_assert_uint_eq(decide(h, d, 1), 0);
-	/* the highest first, one per pass; the others stay candidates */
+	/* the highest estimate first, one per pass; the others stay
+	 * candidates; then the tie, the lower slot first */
 	ck_assert_uint_eq(decide(h, d, 8), 1);
 	ck_assert_uint_eq(d[0].slot, 2);
 	ck_assert_uint_eq(d[0].type, MD_CMD_RESTORE);
 	ck_assert_uint_eq(decide(h, d, 8), 1);
-	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[0].slot, 0);
 	/* 0: recall off, the last candidate waits */
 	p.recall_max_per_pass = 0;
 	set_params(h, &p);
@@ -304,7 +401,7 @@ START_TEST(test_recall_cap_per_pass)
 	p.recall_max_per_pass = 4;
 	set_params(h, &p);
 	ck_assert_uint_eq(decide(h, d, 8), 1);
-	ck_assert_uint_eq(d[0].slot, 0);
+	ck_assert_uint_eq(d[0].slot, 1);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
 	ck_assert_uint_eq(stats(h).restores, 3);
 	md__host_free(h);
@@ -470,10 +567,12 @@ START_TEST(test_tier_resync)
 	ck_assert_uint_eq(t[0].slot, 0);
 	ck_assert(t[0].score == 1.0);
 	ck_assert_uint_eq(t[1].slot, 2);
-	/* slot 1 kept its mass (3): an estimate of 0 makes it a candidate
-	 * that beats the victim, slot 0 (1), by more than 0.5 */
-	ck_assert_int_eq(attn(h, 1, 0.0f, 1, 0), 0);
+	/* slot 0 kept its latest attention (1) too: an estimate of 1.25 for
+	 * slot 1 only equals the victim's 1 + 0.25; 1.5 beats it */
 	struct md__decision d[8];
+	ck_assert_int_eq(attn(h, 1, 1.25f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	ck_assert_int_eq(attn(h, 1, 1.5f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 2);
 	ck_assert_uint_eq(d[0].slot, 0);
 	ck_assert_uint_eq(d[1].slot, 1);
@@ -550,6 +649,8 @@ static Suite *tier_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_tier_budget_drops);
 	tcase_add_test(tc, test_recall_margin_boundary);
+	tcase_add_test(tc, test_recall_recency);
+	tcase_add_test(tc, test_recall_slot_reused);
 	tcase_add_test(tc, test_recall_sequence_budget);
 	tcase_add_test(tc, test_recall_cap_per_pass);
 	tcase_add_test(tc, test_tier_old_engine);

@@ -292,13 +292,24 @@ static double page_score(const struct md__host *h, const struct md__engine *e, u
 	return pol->score(&e->pages[slot], &e->t_refresh[(size_t)slot * e->page_tokens], &in, NULL);
 }
 
-static int xcand_cmp_rev(const void *a, const void *b)
+/* recall candidates: a slot and its recent attention (e->att_recent), taken
+ * from the highest attention (their estimate) down, the lower slot first on
+ * a tie */
+struct rcand {
+	float att;
+	uint32_t slot;
+};
+
+static int rcand_cmp(const void *a, const void *b)
 {
-	return xcand_cmp(b, a);
+	const struct rcand *x = a, *y = b;
+	if (x->att != y->att)
+		return x->att > y->att ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* tier or candidate slots with their scores (malloc'ed; NULL: none or no
- * memory, which leaves the pass to the next one) */
+/* tier slots with their scores (malloc'ed; NULL: none or no memory, which
+ * leaves the pass to the next one) */
 static struct xcand *score_slots(const struct md__host *h, const struct md__engine *e,
 				 const uint32_t *slots, size_t n)
 {
@@ -312,11 +323,11 @@ static struct xcand *score_slots(const struct md__host *h, const struct md__engi
 }
 
 /* The lowest evictable page of seqs[0..ns) (the eviction order of the
- * scope), left where it is: 1 with *slot and *score, 0 when none.  A scope
- * of the index's policy asks the threshold algorithm for its first page and
- * puts it back; a mixed one scores every evictable page (as decide_exact). */
+ * scope), left where it is: 1 with *slot, 0 when none.  A scope of the
+ * index's policy asks the threshold algorithm for its first page and puts it
+ * back; a mixed one scores every evictable page (as decide_exact). */
 static int lowest_evictable(struct md__host *h, struct md__engine *e, const uint32_t *seqs,
-			    size_t ns, int mixed, uint32_t *slot, double *score)
+			    size_t ns, int mixed, uint32_t *slot)
 {
 	int found = 0;
 	if (mixed) {
@@ -333,7 +344,6 @@ static int lowest_evictable(struct md__host *h, struct md__engine *e, const uint
 			}
 		}
 		*slot = best.slot;
-		*score = best.score;
 		return found;
 	}
 	struct md__scope sc;
@@ -344,13 +354,13 @@ static int lowest_evictable(struct md__host *h, struct md__engine *e, const uint
 	if (!found)
 		return 0;
 	md__page_reindex(h, e, *slot); /* popped, not evicted: back into its heaps */
-	*score = page_score(h, e, *slot);
 	return 1;
 }
 
 /* Drops while the tier is over its budget, lowest score first; then the
- * candidates from the highest score down, at most recall.max_per_pass
- * restores, each against the page it would displace.  A restore with a
+ * candidates from the highest estimate down, at most recall.max_per_pass
+ * restores, each against the page it would displace (found by the eviction
+ * order, compared by recent attention: md__recall_beats).  A restore with a
  * victim takes two commands (the evict first, so that the engine has the
  * device block when the restore comes): a candidate is considered only while
  * two fit in out, and the ones not reached stay candidates. */
@@ -379,14 +389,17 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 	if (!per_pass || !e->n_cand || cap - n < 2)
 		return n;
 	size_t nc = e->n_cand;
-	struct xcand *c = score_slots(h, e, e->cand_slots, nc);
+	struct rcand *c = malloc(nc * sizeof(*c));
 	uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(*ids));
 	if (!c || !ids) {
 		free(c);
 		free(ids);
 		return n;
 	}
-	qsort(c, nc, sizeof(*c), xcand_cmp_rev);
+	for (size_t i = 0; i < nc; i++)
+		c[i] = (struct rcand){.att = e->att_recent[e->cand_slots[i]],
+				      .slot = e->cand_slots[i]};
+	qsort(c, nc, sizeof(*c), rcand_cmp);
 	double margin = h->params.recall_margin;
 	uint32_t restored = 0;
 	for (size_t i = 0; i < nc && restored < per_pass && cap - n >= 2; i++) {
@@ -395,11 +408,10 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 		md__cand_remove(e, p); /* considered: out until its next estimate */
 		uint64_t bseq = md__seq_budget_tokens(h, e, s);
 		uint32_t reason = 0, victim = 0;
-		double vscore = 0.0;
 		int has_victim = 0, blocked = 0;
 		if (bseq && s->tokens_live + e->pages[p].n_tokens > bseq) {
 			reason = MD_EVICT_SEQUENCE_BUDGET;
-			blocked = !lowest_evictable(h, e, &q, 1, seq_foreign(h, e, q), &victim, &vscore);
+			blocked = !lowest_evictable(h, e, &q, 1, seq_foreign(h, e, q), &victim);
 			has_victim = !blocked;
 		} else {
 			uint64_t bp = md__engine_page_budget(h, e, &reason);
@@ -410,12 +422,15 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 						ids[ns++] = x;
 				/* asked each time: a restore may have pushed a page of
 				 * a sequence of its own policy out of protection */
-				blocked = !lowest_evictable(h, e, ids, ns, engine_mixed(h, e), &victim,
-							    &vscore);
+				blocked = !lowest_evictable(h, e, ids, ns, engine_mixed(h, e), &victim);
 				has_victim = !blocked;
 			}
 		}
-		if (blocked || (has_victim && !md__recall_beats(c[i].score, vscore, margin)))
+		/* the victim is found by the eviction order, but the swap is
+		 * judged by attention: the candidate's estimate against the
+		 * victim's latest mass */
+		if (blocked || (has_victim && !md__recall_beats(c[i].att, e->att_recent[victim],
+								 margin)))
 			continue;
 		/* the restore first, as it may fail (a page of its sequence took
 		 * its positions, or no memory); the victim's evict still goes

@@ -93,6 +93,7 @@ static void engine_free(struct md__engine *e)
 	free(e->seqs);
 	free(e->pages);
 	free(e->t_refresh);
+	free(e->att_recent);
 	free(e);
 }
 
@@ -163,6 +164,7 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 		md__engine_opts_defaults(&e->opts);
 	e->pages = big_calloc(page_capacity, sizeof(*e->pages));
 	e->t_refresh = big_calloc((size_t)page_capacity * page_tokens, sizeof(uint64_t));
+	e->att_recent = big_calloc(page_capacity, sizeof(*e->att_recent));
 	e->seqs = calloc(max_seqs, sizeof(*e->seqs));
 	e->decayheap_pos = big_calloc(page_capacity, sizeof(*e->decayheap_pos));
 	e->keyheap_pos = big_calloc(page_capacity, sizeof(*e->keyheap_pos));
@@ -173,8 +175,8 @@ int md__host_engine_add(struct md__host *h, uint32_t engine_id, uint32_t page_to
 	e->kpub_seqs = malloc((size_t)max_seqs * sizeof(*e->kpub_seqs));
 	e->params = &h->params;
 	e->abi_minor = MD_ABI_MINOR;
-	if (!e->pages || !e->t_refresh || !e->seqs || !e->decayheap_pos || !e->dcls || !e->dg ||
-	    !e->keyheap_pos || !e->ob_seqs || !e->own_seqs || !e->kpub_seqs) {
+	if (!e->pages || !e->t_refresh || !e->att_recent || !e->seqs || !e->decayheap_pos ||
+	    !e->dcls || !e->dg || !e->keyheap_pos || !e->ob_seqs || !e->own_seqs || !e->kpub_seqs) {
 		engine_free(e);
 		return -ENOMEM;
 	}
@@ -298,13 +300,15 @@ int md__host_relabel_step(struct md__host *h, uint32_t engine_id, const struct m
 	return rc;
 }
 
-/* warm the lines an attention record will touch: its page, and its refresh
- * clocks when it refreshes tokens (the heap is rarely touched: key_hint) */
+/* warm the lines an attention record will touch: its page, its recent
+ * attention, and its refresh clocks when it refreshes tokens (the heap is
+ * rarely touched: key_hint) */
 static inline void prefetch_rec(const struct md__engine *e, const struct md_stats_rec *r)
 {
 	if ((r->type == MD_REC_ATTN_PAGE || r->type == MD_REC_ATTN_TOKENS) &&
 	    r->slot < e->page_capacity) {
 		__builtin_prefetch(&e->pages[r->slot], 1);
+		__builtin_prefetch(&e->att_recent[r->slot], 1);
 		if (r->type == MD_REC_ATTN_TOKENS || r->u.attn_page.refresh)
 			__builtin_prefetch(&e->t_refresh[(size_t)r->slot * e->page_tokens], 1);
 	}

@@ -162,9 +162,10 @@ struct md__decision {
  * occupancy at once (state "evicting") until the engine reports them freed
  * or kept in its tier.  Then, for an engine with a host tier (ABI 1.4,
  * docs/tier.md): tier pages over the tier budget are dropped, lowest score
- * first (state "dropping"), and tier pages whose score an estimate raised are
- * restored when they beat the resident page they would displace by
- * recall.margin, at most recall.max_per_pass per engine and pass (state
+ * first (state "dropping"), and tier pages with a new estimate are restored,
+ * highest estimate first, when it exceeds the latest attention of the
+ * resident page they would displace by more than recall.margin times that
+ * attention, at most recall.max_per_pass per engine and pass (state
  * "restoring"; they count as resident from the decision on, and are not
  * evicted until the engine reports them restored).  A restore that displaces
  * a page comes right after that page's evict command; a candidate is

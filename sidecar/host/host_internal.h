@@ -98,6 +98,9 @@ struct md__engine {
 	struct md__engine_opts opts;
 	struct md__page *pages;
 	uint64_t *t_refresh;      /* [page_capacity * page_tokens] */
+	float *att_recent;        /* [page_capacity] the mass of the page's latest
+				     attention record, real or estimated: what
+				     recall compares (docs/tier.md) */
 	struct md__seq *seqs;
 	uint32_t *keyheap_pos;    /* [page_capacity] position in its keyheap, or MD__NO_HEAP */
 	uint32_t *decayheap_pos;  /* [page_capacity] position in its decayheap */
@@ -346,11 +349,13 @@ static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb
 	return la < lb ? -1 : la > lb;
 }
 
-/* recall.margin is relative (docs/tier.md): a tier page's score must beat its
- * victim's by margin times the victim's magnitude.  Scores are the policy's
- * own units, which differ by orders of magnitude between policies, models and
- * lengths (a decayed memdecay page scores 1e-3, an h2o page its mass), so an
- * absolute margin would hold for one setting and block every swap in another. */
+/* Recall compares attention, not scores (docs/tier.md, "The decision"): a
+ * candidate's estimate against the latest attention mass of the page it would
+ * displace (at a prefill chunk both come from the same observed queries).  One
+ * rule for every eviction policy (under recency a tier page, older, never
+ * outscores a resident one).  recall.margin is relative: cand must exceed
+ * victim by margin times the victim's mass (masses are >= 0; equal is not
+ * enough). */
 static inline int md__recall_beats(double cand, double victim, double margin)
 {
 	return cand > victim + margin * fabs(victim);

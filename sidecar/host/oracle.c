@@ -213,9 +213,14 @@ static uint64_t sim_page_budget(const struct md__host *h, size_t idx, const uint
 	return own;
 }
 
-static int cand_rev_cmp(const void *a, const void *b)
+/* recall candidates by their recent attention (the estimate), highest first;
+ * the slot breaks ties.  The attention rides in the cand's score field. */
+static int cand_recall_cmp(const void *a, const void *b)
 {
-	return cand_cmp(b, a);
+	const struct md__oracle_cand *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
 /* the lowest of the scope's evictable pages now (0: none) */
@@ -258,10 +263,12 @@ static struct md__decision cmd(const struct md__engine *e, uint32_t slot, uint32
 
 /* The host tier's part of engine idx's pass (docs/tier.md, "The decision"),
  * on the replay's states: drops down to the tier budget, then the recall
- * candidates from the highest score down against the page each would
- * displace, as the rule states it, every victim and budget recomputed. */
+ * candidates from the highest estimate down against the page each would
+ * displace, as the rule states it, every victim and budget recomputed: the
+ * victim by the eviction order (scores), the swap by recent attention. */
 static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, uint8_t *st,
-			  const uint32_t *k, struct md__decision *out, size_t cap)
+			  const uint32_t *k, struct md__decision *out, size_t cap,
+			  struct md__oracle_recall *rc)
 {
 	const struct md__engine *e = h->engines[idx];
 	size_t n = 0, nt = 0;
@@ -290,11 +297,11 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 	size_t m = 0;
 	for (uint32_t i = 0; i < e->page_capacity; i++)
 		if (st[i] == S_TIER && (e->pages[i].flags & MD__PF_CAND))
-			c[m++] = (struct md__oracle_cand){.score = page_score(h, e, i, NULL),
+			c[m++] = (struct md__oracle_cand){.score = e->att_recent[i],
 							  .first_pos = e->pages[i].first_pos,
 							  .slot = i};
 	if (per && m)
-		qsort(c, m, sizeof(*c), cand_rev_cmp);
+		qsort(c, m, sizeof(*c), cand_recall_cmp);
 	for (size_t i = 0; per && i < m && restored < per && cap - n >= 2; i++) {
 		uint32_t p = c[i].slot, q = e->pages[p].seq;
 		uint64_t tokens = 0, pages = 0;
@@ -321,8 +328,12 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 				has_victim = 1;
 			}
 		}
-		if (has_victim && !md__recall_beats(c[i].score, v.score, h->params.recall_margin))
+		if (has_victim && !md__recall_beats(c[i].score, e->att_recent[v.slot],
+						    h->params.recall_margin)) {
+			if (rc)
+				rc->refused++;
 			continue;
+		}
 		if (sim_overlaps(e, st, p))
 			continue;
 		if (has_victim) {
@@ -330,6 +341,10 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 			st[v.slot] = S_EVICTING;
 		}
 		out[n++] = cmd(e, p, MD_CMD_RESTORE, MD_RESTORE_RECALL);
+		if (rc && has_victim)
+			rc->swapped++;
+		else if (rc)
+			rc->room++;
 		st[p] = S_RESTORING;
 		held[idx]++;
 		restored++;
@@ -339,7 +354,7 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 }
 
 static size_t decide_engine(const struct md__host *h, size_t idx, uint64_t *held,
-			    struct md__decision *out, size_t cap)
+			    struct md__decision *out, size_t cap, struct md__oracle_recall *rc)
 {
 	const struct md__engine *e = h->engines[idx];
 	size_t n = 0;
@@ -403,7 +418,7 @@ static size_t decide_engine(const struct md__host *h, size_t idx, uint64_t *held
 		}
 	}
 	if (n < cap)
-		n += oracle_tier(h, idx, held, st, k, out + n, cap - n);
+		n += oracle_tier(h, idx, held, st, k, out + n, cap - n, rc);
 	free(tokens);
 	free(taken);
 	free(c);
@@ -426,16 +441,22 @@ static uint64_t *sim_held(const struct md__host *h)
 	return held;
 }
 
-size_t md__oracle_decide(const struct md__host *h, struct md__decision *out, size_t cap)
+size_t md__oracle_decide_recall(const struct md__host *h, struct md__decision *out, size_t cap,
+				struct md__oracle_recall *rc)
 {
 	size_t n = 0;
 	uint64_t *held = sim_held(h);
 	if (!held)
 		return 0;
 	for (size_t i = 0; i < h->n_engines && n < cap; i++)
-		n += decide_engine(h, i, held, out + n, cap - n);
+		n += decide_engine(h, i, held, out + n, cap - n, rc);
 	free(held);
 	return n;
+}
+
+size_t md__oracle_decide(const struct md__host *h, struct md__decision *out, size_t cap)
+{
+	return md__oracle_decide_recall(h, out, cap, NULL);
 }
 
 size_t md__oracle_decide_engine(const struct md__host *h, uint32_t engine_id,
@@ -445,7 +466,7 @@ size_t md__oracle_decide_engine(const struct md__host *h, uint32_t engine_id,
 	size_t n = 0;
 	for (size_t i = 0; held && i < h->n_engines; i++)
 		if (h->engines[i]->id == engine_id)
-			n = decide_engine(h, i, held, out, cap);
+			n = decide_engine(h, i, held, out, cap, NULL);
 	free(held);
 	return n;
 }

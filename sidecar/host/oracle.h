@@ -34,6 +34,15 @@ size_t md__oracle_candidates(const struct md__host *h, const struct md__engine *
  * modified. */
 size_t md__oracle_decide(const struct md__host *h, struct md__decision *out, size_t cap);
 
+/* Same, counting into *rc (added to; NULL: not counted) what became of the
+ * recall candidates it considered: restored against a victim, refused by
+ * recall.margin, restored with room (tests: both outcomes must occur). */
+struct md__oracle_recall {
+	uint64_t swapped, refused, room;
+};
+size_t md__oracle_decide_recall(const struct md__host *h, struct md__decision *out, size_t cap,
+				struct md__oracle_recall *rc);
+
 /* Same, for the host's engine with id engine_id only (bench). */
 size_t md__oracle_decide_engine(const struct md__host *h, uint32_t engine_id,
 				struct md__decision *out, size_t cap);

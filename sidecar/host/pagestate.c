@@ -6,7 +6,8 @@
  * Per sequence: pages sorted by first_pos (the newest k_protect are protected
  * and stay out of the eviction heap), live token count, clock.
  * Attention: one EWMA update per attention record (a <- beta a + (1-beta) m),
- * linear in m, so page-level mass (sum over tokens) needs no per-token state.
+ * linear in m, so page-level mass (sum over tokens) needs no per-token state;
+ * the latest record's m is kept apart (e->att_recent), for recall.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -292,6 +293,7 @@ int md__page_open(struct md__host *h, struct md__engine *e, uint32_t slot, uint3
 	uint64_t *tr = &e->t_refresh[(size_t)slot * e->page_tokens];
 	for (unsigned k = 0; k < e->page_tokens; k++)
 		tr[k] = clock;
+	e->att_recent[slot] = 0.0f;
 	seq_note_turns(s, pg->labels, 0, n_tokens);
 	s->tokens_live += n_tokens;
 	e->tokens_live += n_tokens;
@@ -811,7 +813,9 @@ static inline void recall_hit(struct md__engine *e, struct md__page *pg, unsigne
 /* Returns the refreshed tokens' mask (>= 0) or -reason.  est: the record is
  * an estimate (MD_REC_F_ESTIMATE, 1.4): valid only for a tier or restoring
  * page, applied exactly as attention, and a tier page becomes a recall
- * candidate; real attention is invalid for a page off the device. */
+ * candidate; real attention is invalid for a page off the device.  Either
+ * way the mass becomes the page's recent attention, which recall compares
+ * (a candidate's estimate against its victim's latest mass, docs/tier.md). */
 static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
 		     int est)
 {
@@ -841,6 +845,7 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * mass;
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * mass * (double)s->tokens_live;
 	pg->cum_raw += mass;
+	e->att_recent[r->slot] = m;
 	unsigned mask = r->u.attn_page.refresh & ((1u << pg->n_tokens) - 1u);
 	if (mask) {
 		uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];
@@ -878,6 +883,7 @@ static int attn_tokens(struct md__host *h, struct md__engine *e, const struct md
 	pg->ewma_raw = beta * pg->ewma_raw + (1.0 - beta) * sum;
 	pg->ewma_norm = beta * pg->ewma_norm + (1.0 - beta) * sum * nl;
 	pg->cum_raw += sum;
+	e->att_recent[r->slot] = (float)sum;
 	int rel = md__seq_norm(h, e, s) == MD_NORM_RELATIVE;
 	double tau = h->params.tau;
 	uint64_t *tr = &e->t_refresh[(size_t)r->slot * e->page_tokens];

@@ -151,9 +151,9 @@ static const struct md__param_key tail_keys[] = {
 	{"budget.global_pages", MD__KEY_U64, OFF(budget_global_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
 	{"budget.low_watermark", MD__KEY_DOUBLE, OFF(low_watermark), 0, 1, 1, 0, 0, 0, 0, 0},
 	/* the host tier (docs/tier.md): pages an engine may keep there (0: its
-	 * HELLO tier_pages), the score a tier page must beat the page it would
-	 * displace by, restores per engine and pass (0: recall off; bounded so
-	 * that one pass stays short) */
+	 * HELLO tier_pages), the share of the displaced page's recent attention
+	 * by which a tier page's estimate must exceed it, restores per engine and
+	 * pass (0: recall off; bounded so that one pass stays short) */
 	{"tier.pages", MD__KEY_U64, OFF(tier_pages), 0, 0, 0, 0, 0, 1ull << 48, 0, 0},
 	{"recall.margin", MD__KEY_DOUBLE, OFF(recall_margin), 0, 1e9, 0, 0, 0, 0, 0, 0},
 	{"recall.max_per_pass", MD__KEY_U32, OFF(recall_max_per_pass), 0, 0, 0, 0, 0, 4096, 0, 0},

@@ -41,7 +41,8 @@ struct md__params {
 	double low_watermark;                 /* budget.low_watermark, (0, 1] */
 	/* the host tier and recall (ABI 1.4, docs/tier.md) */
 	uint64_t tier_pages;                  /* tier.pages: 0 = each engine's HELLO tier_pages */
-	double recall_margin;                 /* recall.margin, score units, >= 0 */
+	double recall_margin;                 /* recall.margin, a share of the victim's
+						 recent attention, >= 0 */
 	uint32_t recall_max_per_pass;         /* recall.max_per_pass: 0 = recall off */
 	/* daemon */
 	uint32_t heartbeat_timeout_ms;        /* daemon.heartbeat_timeout_ms */
