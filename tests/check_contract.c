@@ -1085,14 +1085,18 @@ START_TEST(test_tier_estimates)
 	uint16_t refresh[3] = { 0xffff, 0xffff, 0x0003 };
 	struct md_batch_result res;
 	ck_assert_int_eq(md_publish_estimates(c, slots, mass, refresh, 3, &res), 0);
-	ck_assert_uint_eq(res.published, 2);
-	ck_assert_uint_eq(res.skipped, 1);   /* s[1] is resident */
+	ck_assert_uint_eq(res.published, 3); /* s[1], resident, too */
+	ck_assert_uint_eq(res.skipped, 0);
 	ck_assert_uint_eq(res.steps, 0);
 	struct md_stats_rec r = next_rec(&f, MD_REC_ATTN_PAGE);
 	ck_assert_uint_eq(r.slot, s[0]);
 	ck_assert_uint_eq(r.flags, MD_REC_F_ESTIMATE);
 	ck_assert(r.u.attn_page.mass == 0.25f);
 	ck_assert_uint_eq(r.u.attn_page.refresh, 0xffff);
+	r = next_rec(&f, MD_REC_ATTN_PAGE);
+	ck_assert_uint_eq(r.slot, s[1]);
+	ck_assert_uint_eq(r.flags, MD_REC_F_ESTIMATE);
+	ck_assert(r.u.attn_page.mass == 0.5f);
 	r = next_rec(&f, MD_REC_ATTN_PAGE);
 	ck_assert_uint_eq(r.slot, s[2]);
 	ck_assert_uint_eq(r.flags, MD_REC_F_ESTIMATE);
@@ -1122,10 +1126,10 @@ START_TEST(test_tier_estimates)
 	struct md_client_counters cc0, cc1;
 	md_client_counters(c, &cc0);
 	ck_assert_int_eq(md_publish_estimates(c, slots, mass, NULL, 3, &res), MD_EFULL);
-	ck_assert_uint_eq(res.dropped, 2);
+	ck_assert_uint_eq(res.dropped, 3);
 	ck_assert_uint_eq(res.published, 0);
 	md_client_counters(c, &cc1);
-	ck_assert_uint_eq(cc1.attn_dropped, cc0.attn_dropped + 2);
+	ck_assert_uint_eq(cc1.attn_dropped, cc0.attn_dropped + 3);
 	fake_drain(&f);
 
 	/* detached: nothing published */

@@ -318,7 +318,9 @@ static void op_random(struct world *w)
 		int want = 0;
 		if (w->tier && (m->state == 3 || m->state == 5 || rn(6) == 0)) {
 			r.flags = MD_REC_F_ESTIMATE;
-			want = m->state == 3 || m->state == 4 ? 0 : -MD__REJ_STATE;
+			/* a tier, restoring or resident page takes one (a
+			 * resident page's sets only its recent attention) */
+			want = m->state == 1 || m->state == 3 || m->state == 4 ? 0 : -MD__REJ_STATE;
 		} else if (m->state == 3 || m->state == 5) {
 			want = -MD__REJ_STATE;
 		}

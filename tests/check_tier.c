@@ -310,6 +310,45 @@ START_TEST(test_recall_recency)
 }
 END_TEST
 
+/* An estimate for a resident page sets only its recent attention: the
+ * engine measures the victim with the same estimate as the candidate.  Its
+ * score (h2o: cumulative mass) and refresh clocks stay with real attention,
+ * and it is no candidate. */
+START_TEST(test_recall_resident_estimate)
+{
+	struct md__params p;
+	h2o_params(&p);
+	p.protect_recent = 0;
+	p.recall_margin = 0.25;
+	p.recall_max_per_pass = 4;
+	p.budget_engine_pages = 3;
+	struct md__host *h = tier_host(&p, 8, 8);
+	for (uint32_t i = 0; i < 4; i++)
+		open_page(h, i, 0, 4 * i);
+	for (uint32_t i = 1; i < 4; i++)
+		ck_assert_int_eq(attn(h, i, 5.0f + (float)i, 0, 0), 0);
+	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0: no mass */
+	struct md__decision d[8];
+	/* the victim, slot 1, got 6 of real attention: 3 is not enough */
+	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	/* the same queries' estimate for slot 1 is 2: 3 > 2.5 now */
+	ck_assert_int_eq(attn(h, 1, 2.0f, 1, 0xf), 0);
+	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	/* the victim is still slot 1: had the estimate entered its score
+	 * (6 + 2 = 8), slot 2 (7) would be the lowest */
+	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
+	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	ck_assert_uint_eq(d[1].slot, 0);
+	struct md__engine_stats st = stats(h);
+	ck_assert_uint_eq(st.restores, 1);
+	ck_assert_uint_eq(st.estimates, 3);
+	md__host_free(h);
+}
+END_TEST
+
 /* a slot opened again starts with no recent attention: what its previous
  * page got is not the new page's */
 START_TEST(test_recall_slot_reused)
@@ -442,8 +481,9 @@ START_TEST(test_tier_rejects)
 		open_page(h, i, 0, 4 * i);
 	struct md__decision d[4];
 	ck_assert_uint_eq(decide(h, d, 4), 1); /* slot 0 evicting */
-	/* live page 1: no estimate, no tier event, not dropped */
-	ck_assert_int_eq(attn(h, 1, 1.0f, 1, 0), -MD__REJ_STATE);
+	/* live page 1: no tier event, not dropped (an estimate is taken:
+	 * test_recall_resident_estimate) */
+	ck_assert_int_eq(attn(h, 1, 1.0f, 1, 0), 0);
 	ck_assert_int_eq(tier_event(h, 1, MD_TIER_IN), -MD__REJ_STATE);
 	ck_assert_int_eq(tier_event(h, 1, MD_TIER_RESTORED), -MD__REJ_STATE);
 	ck_assert_int_eq(tier_event(h, 1, MD_TIER_REFUSED), -MD__REJ_STATE);
@@ -484,11 +524,11 @@ START_TEST(test_tier_rejects)
 	r.u.tier.event = MD_TIER_RESTORED;
 	ck_assert_int_eq(ingest(h, &r), -MD__REJ_GEN);
 	struct md__engine_stats st = stats(h);
-	ck_assert_uint_eq(st.rejected[MD__REJ_STATE], 10);
+	ck_assert_uint_eq(st.rejected[MD__REJ_STATE], 9);
 	ck_assert_uint_eq(st.rejected[MD__REJ_TYPE], 4);
 	ck_assert_uint_eq(st.rejected[MD__REJ_GEN], 1);
 	ck_assert_uint_eq(st.tier_in, 1);
-	ck_assert_uint_eq(st.estimates, 1);
+	ck_assert_uint_eq(st.estimates, 2);
 	md__host_free(h);
 }
 END_TEST
@@ -651,6 +691,7 @@ static Suite *tier_suite(void)
 	tcase_add_test(tc, test_recall_margin_boundary);
 	tcase_add_test(tc, test_recall_recency);
 	tcase_add_test(tc, test_recall_slot_reused);
+	tcase_add_test(tc, test_recall_resident_estimate);
 	tcase_add_test(tc, test_recall_sequence_budget);
 	tcase_add_test(tc, test_recall_cap_per_pass);
 	tcase_add_test(tc, test_tier_old_engine);

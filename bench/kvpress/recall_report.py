@@ -57,8 +57,7 @@ def tier_cost(R, row):
     return out
 
 
-def build(R, md_row):
-    base = R.strongest(is_fair_baseline)
+def build(R, md_row, base):
     plain = bench.TIER_ROWS.get(md_row)
     rows = [r for r in (md_row, ARK, base, plain) if r and r in R.rows]
     S = {"md_row": md_row, "arkvale": ARK if ARK in R.rows else None, "press": base,
@@ -196,13 +195,16 @@ def main():
     ap.add_argument("out", help="run.py's output directory (the fair set's and the tier rows' runs)")
     ap.add_argument("--md-row", default="memdecay-turn+dens+tier",
                     help="MemDecay's tier row (one of %s)" % ", ".join(bench.TIER_ROWS))
+    ap.add_argument("--press", help="the strongest fair press (default: the pinned and paged "
+                    "press with the highest unpinned retention in OUT at these budgets; "
+                    "run_recall.sh passes the fair comparison's own choice)")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--docs", metavar="HEADER_FILE",
                     help="write docs/results.md's recall section: HEADER_FILE's lines, then the "
                     "tables")
     ap.add_argument("--expect-rows", action="store_true",
                     help="fail unless MemDecay's tier row, the ArkVale-style row and a fair "
-                    "press have scored probes at every budget")
+                    "press have scored probes at every budget that ran")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.out, "runs.jsonl")):
         ap.error("%s has no runs.jsonl (run bench/kvpress/run.py first)" % a.out)
@@ -212,7 +214,10 @@ def main():
     if a.md_row not in R.rows:
         ap.error("--md-row %s has no runs in %s at budgets %s (run.py --rows recall)"
                  % (a.md_row, a.out, bench.RECALL_BUDGETS))
-    S = build(R, a.md_row)
+    if a.press and a.press not in R.rows:
+        ap.error("--press %s has no runs in %s at budgets %s" % (a.press, a.out,
+                                                                  bench.RECALL_BUDGETS))
+    S = build(R, a.md_row, a.press or R.strongest(is_fair_baseline))
     S["evaluations"] = count_evals(R, list(S["rows"]))
     src = os.path.relpath(os.path.join(a.out, "runs.jsonl"), ROOT)
     lines = markdown(S, R, src, S["evaluations"])
@@ -225,8 +230,8 @@ def main():
         print("wrote", write_docs(lines, open(a.docs).read().splitlines(), "+".join(models)),
               file=sys.stderr)
     if a.expect_rows:
-        missing = [(r, bname(b)) for r in (a.md_row, ARK, S["press"]) for b in BUDGETS
-                   if not r or not R.by.get((r, b))]
+        missing = [(r, bname(b)) for r in (a.md_row, ARK, S["press"]) for b in R.budgets
+                   if not r or not R.by.get((r, b))] or ([] if R.budgets else ["no budget"])
         if missing:
             print("recall_report: rows without scored probes: %s" % missing, file=sys.stderr)
             return 1

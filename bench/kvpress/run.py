@@ -127,13 +127,13 @@ FAIR_ROWS = (["kv:" + k + v for k in KV_PRESSES for v in VARIANTS[:3]] + ["kv:st
 # the engine like a turn, so its queries can recall pages before the answer is scored.
 #   arkvale-style: the ArkVale-like baseline: recency eviction, no regions, nothing pinned, the
 #                  same tier, exact-key estimates and recall rule as MemDecay's row.
-TIER_ROWS = {"memdecay-turn+dens+tier": "memdecay-turn+dens",
-             "memdecay-turn+tier": "memdecay-turn",
-             "arkvale-style": "md-recency+nopin"}
+#   ROW+tier:      MemDecay's row ROW (any of MD_ROWS) with the tier.
+TIER_ROWS = {r + "+tier": r for r in MD_ROWS if MD_ROWS[r][1] != "calibrated"}
+TIER_ROWS["arkvale-style"] = "md-recency+nopin"
 ALL_ROWS += list(TIER_ROWS)
-# the recall comparison at the resident budgets the issue names: the tier rows beside the
-# strongest presses and the same MemDecay rows without a tier (their runs from the fair set)
-RECALL_ROWS = list(TIER_ROWS)
+# the recall comparison (run_fair.sh, step 4) at the resident budgets the issue names: the tier
+# rows beside the strongest press and the same MemDecay row without a tier
+RECALL_ROWS = ["memdecay-turn+dens+tier", "arkvale-style"]
 RECALL_BUDGETS = "0.25,0.5"
 ROW_SETS = {"fair": FAIR_ROWS, "old": OLD_ROWS, "all": ALL_ROWS, "recall": RECALL_ROWS}
 MODES = ("oneshot", "online")

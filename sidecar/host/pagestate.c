@@ -811,11 +811,14 @@ static inline void recall_hit(struct md__engine *e, struct md__page *pg, unsigne
 }
 
 /* Returns the refreshed tokens' mask (>= 0) or -reason.  est: the record is
- * an estimate (MD_REC_F_ESTIMATE, 1.4): valid only for a tier or restoring
- * page, applied exactly as attention, and a tier page becomes a recall
- * candidate; real attention is invalid for a page off the device.  Either
- * way the mass becomes the page's recent attention, which recall compares
- * (a candidate's estimate against its victim's latest mass, docs/tier.md). */
+ * an estimate (MD_REC_F_ESTIMATE, 1.4): for a tier or restoring page it is
+ * applied exactly as attention, and a tier page becomes a recall candidate;
+ * for a resident page it sets only the recent attention (the engine's
+ * measure of what the same queries give the pages a restore could displace;
+ * its score follows its real attention).  Real attention is invalid for a
+ * page off the device.  Either way the mass becomes the page's recent
+ * attention, which recall compares (a candidate's estimate against its
+ * victim's latest mass, docs/tier.md). */
 static int attn_page(struct md__host *h, struct md__engine *e, const struct md_stats_rec *r,
 		     int est)
 {
@@ -831,7 +834,11 @@ static int attn_page(struct md__host *h, struct md__engine *e, const struct md_s
 			if (tier_arrays(e)) /* held since the page entered the tier */
 				return -MD__REJ_STATE;
 			cand_add(e, r->slot);
-		} else if (!(pg->state == MD__SLOT_LIVE && (pg->flags & MD__PF_RESTORING))) {
+		} else if (pg->state == MD__SLOT_LIVE && !(pg->flags & MD__PF_RESTORING)) {
+			e->att_recent[r->slot] = m;
+			e->estimates++;
+			return 0;
+		} else if (pg->state != MD__SLOT_LIVE) {
 			return -MD__REJ_STATE;
 		}
 		e->estimates++;

@@ -985,10 +985,18 @@ MD__EXPORT int md_attn_tokens(md_client *c, uint32_t slot, uint32_t token0, uint
  * sleeps again before the next, docs/llama.md "Overhead").
  * The estimates of tier pages (1.4) take the same path without steps: only
  * the state a slot must be in (`state`) and the record's flags differ. */
+/* a page in one of the states a record is for (state2: MD__STATE_NONE or a
+ * second one) */
+static inline int wanted(const md_client *c, uint32_t slot, uint8_t state, uint8_t state2)
+{
+	uint8_t st = c->mirror[slot].state;
+	return st == state || (state2 != MD__STATE_NONE && st == state2);
+}
+
 static int publish_attn(md_client *c, const uint32_t *step_seqs, const uint32_t *step_tokens,
 			uint32_t n_steps, const uint32_t *slots, const float *mass,
-			const uint16_t *refresh, uint32_t n_pages, uint8_t state, uint16_t flags,
-			struct md_batch_result *res)
+			const uint16_t *refresh, uint32_t n_pages, uint8_t state, uint8_t state2,
+			uint16_t flags, struct md_batch_result *res)
 {
 	struct md_batch_result out = { 0 };
 	if (res)
@@ -999,7 +1007,7 @@ static int publish_attn(md_client *c, const uint32_t *step_seqs, const uint32_t 
 	/* A daemon older than 1.4 sees no tier page (the page table shows it
 	 * free): an estimate for one would name a page it does not hold. */
 	if (state == MD_PAGE_TIER && c->attached && !md__daemon_has_tier(c))
-		state = MD__STATE_NONE;
+		state = state2 = MD__STATE_NONE;
 	/* Whole batch validated first: a bad entry changes nothing. */
 	for (uint32_t i = 0; i < n_steps; i++)
 		if (step_seqs[i] >= c->max_seqs)
@@ -1008,7 +1016,7 @@ static int publish_attn(md_client *c, const uint32_t *step_seqs, const uint32_t 
 	for (uint32_t i = 0; i < n_pages; i++) {
 		if (slots[i] >= c->page_capacity || !(mass[i] >= 0) || isinf(mass[i]))
 			return -EINVAL;
-		live += c->mirror[slots[i]].state == state;
+		live += wanted(c, slots[i], state, state2);
 	}
 	out.skipped = n_pages - live;
 	if (!c->attached) {
@@ -1047,7 +1055,7 @@ static int publish_attn(md_client *c, const uint32_t *step_seqs, const uint32_t 
 			out.dropped = live;
 		} else {
 			for (uint32_t i = 0; i < n_pages; i++) {
-				if (c->mirror[slots[i]].state != state)
+				if (!wanted(c, slots[i], state, state2))
 					continue;
 				struct md_stats_rec *r = md_ring_reserve_at(ring, k++);
 				memset(r, 0, sizeof(*r));
@@ -1073,14 +1081,16 @@ MD__EXPORT int md_publish_batch(md_client *c, const uint32_t *step_seqs,
 				struct md_batch_result *res)
 {
 	return publish_attn(c, step_seqs, step_tokens, n_steps, slots, mass, refresh, n_pages,
-			    MD_PAGE_LIVE, 0, res);
+			    MD_PAGE_LIVE, MD__STATE_NONE, 0, res);
 }
 
 MD__EXPORT int md_publish_estimates(md_client *c, const uint32_t *slots, const float *mass,
 				    const uint16_t *refresh, uint32_t n,
 				    struct md_batch_result *res)
 {
-	return publish_attn(c, NULL, NULL, 0, slots, mass, refresh, n, MD_PAGE_TIER,
+	/* tier pages (candidates) and resident ones (what a restore would
+	 * displace, measured alike: docs/tier.md) */
+	return publish_attn(c, NULL, NULL, 0, slots, mass, refresh, n, MD_PAGE_TIER, MD_PAGE_LIVE,
 			    MD_REC_F_ESTIMATE, res);
 }
 

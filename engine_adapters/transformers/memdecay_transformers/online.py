@@ -147,8 +147,8 @@ class Feeder:
     def probe(self, ids, pos0, ctx_pos, ctx_kv):
         """The chunk ids (true positions from pos0) over a throwaway cache of
         the entries ctx_kv (per layer (keys, values), true positions ctx_pos,
-        ascending); returns the (q, k) mean attention.  The feeder's own cache
-        is not touched."""
+        ascending); returns the model's attentions (per layer (1, H, q, k)).
+        The feeder's own cache is not touched."""
         cache = DynamicCache()
         for i, (k, v) in enumerate(ctx_kv):
             cache.update(k, v, i)
@@ -162,7 +162,7 @@ class Feeder:
                          position_ids=torch.tensor([new], dtype=torch.long),
                          cache_position=torch.arange(len(ctx_pos), len(ctx_pos) + n),
                          use_cache=True, output_attentions=True, logits_to_keep=1, **kw)
-        return mean_attention(out.attentions)
+        return out.attentions
 
 
 class Tier:
@@ -195,6 +195,19 @@ class Tier:
     def nbytes(self):
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size()
                    for ent in self.kv.values() for k, v in ent)
+
+
+def page_need(attentions, page_col, n_pages):
+    """Each page's need: the most attention any one query of any head in any
+    layer gives it (the page's tokens summed), as Quest and ArkVale rank pages
+    by the heads that need them most.  page_col (k,): each key's page index,
+    or n_pages for keys of no page.  Returns (n_pages,)."""
+    best = torch.zeros(n_pages + 1)
+    for a in attentions:
+        x = a[0].float()                                           # (H, q, k)
+        s = torch.zeros(x.shape[0], x.shape[1], n_pages + 1).index_add_(2, page_col, x)
+        best = torch.maximum(best, s.amax(dim=(0, 1)))
+    return best[:n_pages]
 
 
 def mean_attention(attentions):
@@ -312,11 +325,20 @@ class MemDecayOnline:
                   for (rk, rv), (tk, tv) in zip(res, tkv)]
         ctx_sorted = [ctx_pos[i] for i in order]
         with LayerHeartbeat(self.f.model, self.client):
-            att = self.f.probe(ids, pos0, ctx_sorted, ctx_kv)
-        m = att.mean(axis=0)
+            atts = self.f.probe(ids, pos0, ctx_sorted, ctx_kv)
+        m = mean_attention(atts).mean(axis=0)
         tier_set = set(tpos)
         est = {p: v for p, v in zip(ctx_sorted, m[:len(ctx_sorted)].tolist()) if p in tier_set}
-        if self.seq.publish_estimates(est):
+        # every page before the chunk, tier or resident, measured alike: the
+        # daemon compares a candidate's need with its victim's (docs/tier.md)
+        pages = [(s, pos) for s, (_, pos, _) in
+                 list(self.seq.tier.items()) + list(self.seq.pages.items()) if pos[-1] < pos0]
+        col_of = {p: i for i, (_, pos) in enumerate(pages) for p in pos}
+        page_col = torch.tensor([col_of.get(p, len(pages)) for p in ctx_sorted]
+                                + [len(pages)] * len(ids), dtype=torch.long)
+        need = page_need(atts, page_col, len(pages)).tolist()
+        slots = [s for s, _ in pages]
+        if self.seq.publish_estimates(est, dict(zip(slots, need))):
             self.seq.settle_recall(self.recall_wait_s)
             self._sync(list(self.cache_pos))
 

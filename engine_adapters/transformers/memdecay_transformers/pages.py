@@ -157,10 +157,13 @@ class SeqPages:
         self.tiered, self.restored, self.dropped = [], [], []
         return m
 
-    def publish_estimates(self, mass_of):
-        """Each tier page's estimated mass (sum over its tokens of mass_of,
-        position -> estimate) and refresh bits by the same tau rule as
-        publish, flagged as estimates (docs/tier.md)."""
+    def publish_estimates(self, mass_of, need_of=None):
+        """Estimates, flagged as such (docs/tier.md).  Each tier page's
+        refresh bits by the same tau rule as publish, from mass_of (position
+        -> estimated attention); its mass is need_of[slot] where given, else
+        the sum of mass_of over its tokens.  need_of may also name resident
+        pages: their estimate, measured like the tier's, is what the daemon
+        compares a candidate with (their scores follow real attention)."""
         if not self.tier:
             return 0
         prm = self.c.params()
@@ -173,9 +176,15 @@ class SeqPages:
                 break
             m = [float(mass_of.get(p, 0.0)) for p in pos]
             b.slots[k] = slot
-            b.mass[k] = sum(m)
+            b.mass[k] = float(need_of[slot]) if need_of and slot in need_of else sum(m)
             b.refresh[k] = sum(1 << j for j, v in enumerate(m) if v * norm > tau)
             k += 1
+        for slot, need in (need_of or {}).items():
+            if k == b.capacity:
+                break
+            if slot in self.pages:
+                b.slots[k], b.mass[k], b.refresh[k] = slot, float(need), 0
+                k += 1
         self.c.publish_estimates(b, k)
         self.stats["estimates"] += k
         return k
