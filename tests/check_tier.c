@@ -3,7 +3,11 @@
  * case: the tier budget holds after every pass, a restore needs an estimate
  * above the victim's latest attention + recall.margin x that attention (equal
  * is not enough), under every policy (recency too, where a tier page never
- * outscores a resident one), candidates go highest estimate first,
+ * outscores a resident one), the victim is the evictable page with the
+ * lowest latest attention (not the policy's lowest; never a pinned,
+ * protected or restoring page; the eviction order breaks a tie), an
+ * estimate for a resident page sets only its latest attention, candidates
+ * go highest estimate first,
  * recall.max_per_pass and the output cap bound a pass and the candidates
  * they cut stay, records from a 1.3 engine and records in the wrong state are
  * refused with their reason, SEQ_END frees the tier, a resync rebuilds it
@@ -54,8 +58,9 @@ static int ingest(struct md__host *h, const struct md_stats_rec *r)
 	return md__host_ingest(h, ENG, r);
 }
 
-/* page `slot` (gen 1) of seq at pos 4 * i, 4 user tokens */
-static void open_page(struct md__host *h, uint32_t slot, uint32_t seq, uint64_t pos)
+/* page `slot` (gen 1) of seq at pos, 4 tokens of region */
+static void open_page_region(struct md__host *h, uint32_t slot, uint32_t seq, uint64_t pos,
+			     unsigned region)
 {
 	struct md_stats_rec r = rec(MD_REC_PAGE_OPEN);
 	r.slot = slot;
@@ -64,8 +69,14 @@ static void open_page(struct md__host *h, uint32_t slot, uint32_t seq, uint64_t 
 	r.u.page.first_pos = pos;
 	r.u.page.n_tokens = 4;
 	for (unsigned k = 0; k < 4; k++)
-		r.u.page.labels = md_label_set(r.u.page.labels, k, MD_REGION_USER);
+		r.u.page.labels = md_label_set(r.u.page.labels, k, region);
 	ck_assert_int_eq(ingest(h, &r), 0);
+}
+
+/* page `slot` (gen 1) of seq at pos, 4 user tokens */
+static void open_page(struct md__host *h, uint32_t slot, uint32_t seq, uint64_t pos)
+{
+	open_page_region(h, slot, seq, pos, MD_REGION_USER);
 }
 
 static int attn(struct md__host *h, uint32_t slot, float mass, int est, uint16_t refresh)
@@ -191,10 +202,11 @@ START_TEST(test_tier_budget_drops)
 }
 END_TEST
 
-/* engine budget 3: slot 0 (mass 1) goes to the tier; resident 1 (score 4),
- * 2 (score 1 + 2 = 3, latest attention 2), 3 (tail, protected): the victim
- * is slot 2, and a candidate's estimate must exceed 2 + 0.25 x 2 = 2.5 (its
- * score, the h2o sum, would need 3.75) */
+/* engine budget 3: slot 0 (mass 1) goes to the tier; resident 1 (score 4,
+ * latest attention 4), 2 (score 1 + 2 = 3, latest attention 2), 3 (tail,
+ * protected): the victim is slot 2, the evictable page with the lowest
+ * latest attention, and a candidate's estimate must exceed 2 + 0.25 x 2 =
+ * 2.5 (its score, the h2o sum, would need 3.75) */
 static struct md__host *margin_host(struct md__params *p)
 {
 	h2o_params(p);
@@ -258,9 +270,10 @@ START_TEST(test_recall_margin_boundary)
 END_TEST
 
 /* Recency (score = first_pos): a tier page, older than every resident one,
- * never outscores its victim, yet an estimate above the victim's latest
- * attention by more than the margin brings it back.  The victim is still the
- * oldest evictable page (slot 1), not the least attended (slot 2). */
+ * never outscores a resident one, yet an estimate above the victim's latest
+ * attention by more than the margin brings it back.  The victim is the least
+ * attended evictable page (slot 2), not the oldest (slot 1, the policy's
+ * lowest), and a page's latest attention is its latest record's mass. */
 START_TEST(test_recall_recency)
 {
 	struct md__params p;
@@ -276,30 +289,30 @@ START_TEST(test_recall_recency)
 		open_page(h, i, 0, 4 * i);
 	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0, the oldest */
 	ck_assert_uint_eq(stats(h).tier_pages, 1);
-	/* slot 1's latest record is per token: 4 x 0.5, a mass of 2 (the 4
-	 * before it is not what counts); slot 2 gets 0.5 */
-	ck_assert_int_eq(attn(h, 1, 4.0f, 0, 0), 0);
+	/* slot 1 gets 2; slot 2's latest record is per token: 4 x 0.125, a
+	 * mass of 0.5 (the 4 before it is not what counts, nor the sum) */
+	ck_assert_int_eq(attn(h, 1, 2.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 4.0f, 0, 0), 0);
 	struct md_stats_rec r = rec(MD_REC_ATTN_TOKENS);
-	r.slot = 1;
+	r.slot = 2;
 	r.gen = 1;
 	r.count = 4;
 	for (unsigned k = 0; k < 4; k++)
-		r.u.attn_tokens.mass[k] = 0.5f;
+		r.u.attn_tokens.mass[k] = 0.125f;
 	ck_assert_int_eq(ingest(h, &r), 0);
-	ck_assert_int_eq(attn(h, 2, 0.5f, 0, 0), 0);
 	struct md__decision d[8];
-	/* 1.5 is below the victim's 2 (though above slot 2's 0.5) */
-	ck_assert_int_eq(attn(h, 0, 1.5f, 1, 0), 0);
+	/* 0.5 only equals slot 2's 0.5 */
+	ck_assert_int_eq(attn(h, 0, 0.5f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	/* 2.5 == 2 + 0.25 * 2: equal is not enough */
-	ck_assert_int_eq(attn(h, 0, 2.5f, 1, 0), 0);
+	/* 0.625 == 0.5 + 0.25 * 0.5: equal is not enough */
+	ck_assert_int_eq(attn(h, 0, 0.625f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	/* 3 > 2.5: slot 1 is evicted and slot 0 restored, though its score
-	 * (0) is below the victim's (4) */
-	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
+	/* 1 > 0.625: slot 2 is evicted and slot 0 restored, though its score
+	 * (0) is below every resident one, and 1 is below slot 1's 2 */
+	ck_assert_int_eq(attn(h, 0, 1.0f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 2);
 	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
-	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[0].slot, 2);
 	ck_assert_uint_eq(d[0].reason, MD_EVICT_ENGINE_BUDGET);
 	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
 	ck_assert_uint_eq(d[1].slot, 0);
@@ -310,10 +323,106 @@ START_TEST(test_recall_recency)
 }
 END_TEST
 
+/* The victim is the evictable page the current queries need least, not the
+ * policy's lowest: h2o, engine budget 4; slot 3 has the lowest score (2) but
+ * a latest attention of 2, slot 2 the lowest latest attention (0.5) but a
+ * score of 4.5.  An estimate of 1 beats slot 2 (0.625 with the margin), not
+ * slot 3 (2.5): slot 2 goes.  On a tie of latest attention the eviction
+ * order decides (here the higher slot). */
+START_TEST(test_recall_least_needed)
+{
+	struct md__params p;
+	h2o_params(&p);
+	p.budget_engine_pages = 4;
+	struct md__host *h = tier_host(&p, 8, 8);
+	for (uint32_t i = 0; i < 5; i++)
+		open_page(h, i, 0, 4 * i);
+	ck_assert_int_eq(attn(h, 1, 3.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 4.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 0.5f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 3, 2.0f, 0, 0), 0);
+	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0, score 0 */
+	struct md__top_entry t[4];
+	ck_assert_uint_eq(md__host_top(h, ENG, t, 4), 3);
+	ck_assert_uint_eq(t[0].slot, 3); /* the policy's lowest */
+	struct md__decision d[8];
+	ck_assert_int_eq(attn(h, 0, 1.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
+	ck_assert_uint_eq(d[0].slot, 2);
+	ck_assert_uint_eq(d[0].reason, MD_EVICT_ENGINE_BUDGET);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	ck_assert_uint_eq(d[1].slot, 0);
+	ck_assert_uint_eq(stats(h).restores, 1);
+	/* slot 2 to the tier, slot 0 restored (score 1, latest attention 1);
+	 * the same queries give slots 1 and 3 0.25 each and slot 0 0.5: slots
+	 * 1 (score 3) and 3 (score 2) tie, and slot 3 comes first in the
+	 * eviction order */
+	ck_assert_int_eq(tier_event(h, 2, MD_TIER_IN), 0);
+	ck_assert_int_eq(tier_event(h, 0, MD_TIER_RESTORED), 0);
+	ck_assert_int_eq(attn(h, 0, 0.5f, 1, 0), 0);
+	ck_assert_int_eq(attn(h, 1, 0.25f, 1, 0), 0);
+	ck_assert_int_eq(attn(h, 3, 0.25f, 1, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 1.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
+	ck_assert_uint_eq(d[0].slot, 3);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	ck_assert_uint_eq(d[1].slot, 2);
+	ck_assert_uint_eq(stats(h).restores, 2);
+	md__host_free(h);
+}
+END_TEST
+
+/* A page that is not evictable is never the victim, however low its latest
+ * attention: slot 0 is pinned (system), slot 4 protected (the tail), and a
+ * page being restored waits for its RESTORED; each has 0.  h2o, engine
+ * budget 4. */
+START_TEST(test_recall_victim_evictable)
+{
+	struct md__params p;
+	h2o_params(&p);
+	p.budget_engine_pages = 4;
+	struct md__host *h = tier_host(&p, 8, 8);
+	open_page_region(h, 0, 0, 0, MD_REGION_SYSTEM);
+	for (uint32_t i = 1; i < 5; i++)
+		open_page(h, i, 0, 4 * i);
+	ck_assert_int_eq(attn(h, 2, 2.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 3, 3.0f, 0, 0), 0);
+	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 1, score 0 */
+	struct md__decision d[8];
+	/* 1 beats slots 0 and 4 (0), not slot 2 (2.5 with the margin) */
+	ck_assert_int_eq(attn(h, 1, 1.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	ck_assert_int_eq(attn(h, 1, 3.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].slot, 2);
+	ck_assert_uint_eq(d[1].slot, 1);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	/* slot 1, restoring, now gets 0; slot 2 is in the tier: 1 beats
+	 * slots 0, 1 and 4, not slot 3 (3.75) */
+	ck_assert_int_eq(tier_event(h, 2, MD_TIER_IN), 0);
+	ck_assert_int_eq(attn(h, 1, 0.0f, 1, 0), 0);
+	ck_assert_int_eq(attn(h, 2, 1.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	ck_assert_int_eq(attn(h, 2, 4.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 2);
+	ck_assert_uint_eq(d[0].slot, 3);
+	ck_assert_uint_eq(d[1].slot, 2);
+	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
+	/* nothing evictable left: no victim, no restore */
+	ck_assert_int_eq(tier_event(h, 3, MD_TIER_IN), 0);
+	ck_assert_int_eq(attn(h, 3, 4.0f, 1, 0), 0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	ck_assert_uint_eq(stats(h).restores, 2);
+	md__host_free(h);
+}
+END_TEST
+
 /* An estimate for a resident page sets only its recent attention: the
- * engine measures the victim with the same estimate as the candidate.  Its
- * score (h2o: cumulative mass) and refresh clocks stay with real attention,
- * and it is no candidate. */
+ * engine measures the pages a restore could displace with the same queries
+ * as the candidate.  Its score (h2o: cumulative mass) stays with real
+ * attention, and it is no candidate. */
 START_TEST(test_recall_resident_estimate)
 {
 	struct md__params p;
@@ -329,22 +438,32 @@ START_TEST(test_recall_resident_estimate)
 		ck_assert_int_eq(attn(h, i, 5.0f + (float)i, 0, 0), 0);
 	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0: no mass */
 	struct md__decision d[8];
-	/* the victim, slot 1, got 6 of real attention: 3 is not enough */
+	/* the least attended, slot 1, got 6 of real attention: 3 is not
+	 * enough */
 	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 0);
-	/* the same queries' estimate for slot 1 is 2: 3 > 2.5 now */
-	ck_assert_int_eq(attn(h, 1, 2.0f, 1, 0xf), 0);
+	/* the same queries' estimates: 5 for slot 1, 2 for slot 2 */
+	ck_assert_int_eq(attn(h, 1, 5.0f, 1, 0xf), 0);
+	ck_assert_int_eq(attn(h, 2, 2.0f, 1, 0xf), 0);
+	/* neither entered a score (6 and 7 still, not 11 and 9), and neither
+	 * page is a candidate */
+	struct md__top_entry t[4];
+	ck_assert_uint_eq(md__host_top(h, ENG, t, 4), 2);
+	ck_assert_uint_eq(t[0].slot, 1);
+	ck_assert(t[0].score == 6.0);
+	ck_assert_uint_eq(t[1].slot, 2);
+	ck_assert(t[1].score == 7.0);
+	ck_assert_uint_eq(decide(h, d, 8), 0);
+	/* 3 > 2 + 0.25 x 2: slot 2, now the least attended, is the victim */
 	ck_assert_int_eq(attn(h, 0, 3.0f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 2);
-	/* the victim is still slot 1: had the estimate entered its score
-	 * (6 + 2 = 8), slot 2 (7) would be the lowest */
 	ck_assert_uint_eq(d[0].type, MD_CMD_EVICT);
-	ck_assert_uint_eq(d[0].slot, 1);
+	ck_assert_uint_eq(d[0].slot, 2);
 	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
 	ck_assert_uint_eq(d[1].slot, 0);
 	struct md__engine_stats st = stats(h);
 	ck_assert_uint_eq(st.restores, 1);
-	ck_assert_uint_eq(st.estimates, 3);
+	ck_assert_uint_eq(st.estimates, 4);
 	md__host_free(h);
 }
 END_TEST
@@ -378,6 +497,9 @@ START_TEST(test_recall_slot_reused)
 }
 END_TEST
 
+/* a token budget that binds: the victim is the sequence's least attended
+ * evictable page (slot 1, latest 1), not its lowest score (slot 2, 2), and
+ * never a page of another sequence (slot 4, no attention at all) */
 START_TEST(test_recall_sequence_budget)
 {
 	struct md__params p;
@@ -387,13 +509,16 @@ START_TEST(test_recall_sequence_budget)
 	for (uint32_t i = 0; i < 4; i++)
 		open_page(h, i, 0, 4 * i);
 	open_page(h, 4, 1, 0); /* another sequence: never its victim */
-	ck_assert_int_eq(attn(h, 1, 3.0f, 0, 0), 0);
+	open_page(h, 5, 1, 4);
+	ck_assert_int_eq(attn(h, 1, 2.0f, 0, 0), 0);
+	ck_assert_int_eq(attn(h, 1, 1.0f, 0, 0), 0);
 	ck_assert_int_eq(attn(h, 2, 2.0f, 0, 0), 0);
 	ck_assert_uint_eq(evict_to_tier(h), 1); /* slot 0, mass 0 */
 	struct md__decision d[8];
-	ck_assert_int_eq(attn(h, 0, 4.0f, 1, 0), 0);
+	/* 2 beats slot 1 (1.25 with the margin), not slot 2 (2.5) */
+	ck_assert_int_eq(attn(h, 0, 2.0f, 1, 0), 0);
 	ck_assert_uint_eq(decide(h, d, 8), 2);
-	ck_assert_uint_eq(d[0].slot, 2);
+	ck_assert_uint_eq(d[0].slot, 1);
 	ck_assert_uint_eq(d[0].reason, MD_EVICT_SEQUENCE_BUDGET);
 	ck_assert_uint_eq(d[1].slot, 0);
 	ck_assert_uint_eq(d[1].type, MD_CMD_RESTORE);
@@ -690,6 +815,8 @@ static Suite *tier_suite(void)
 	tcase_add_test(tc, test_tier_budget_drops);
 	tcase_add_test(tc, test_recall_margin_boundary);
 	tcase_add_test(tc, test_recall_recency);
+	tcase_add_test(tc, test_recall_least_needed);
+	tcase_add_test(tc, test_recall_victim_evictable);
 	tcase_add_test(tc, test_recall_slot_reused);
 	tcase_add_test(tc, test_recall_resident_estimate);
 	tcase_add_test(tc, test_recall_sequence_budget);

@@ -6,8 +6,9 @@
  * its page budget's.  An eviction marks the page evicting (pagestate.c),
  * which may move protection and so the heaps.  Then, for an engine holding
  * tier pages (ABI 1.4, docs/tier.md), drops down to its tier budget and
- * recalls against the page each would displace (tier_pass, below).  Above
- * pagestate.c and evict_index.c: neither calls into it.
+ * recalls, each against the evictable page the current queries need least
+ * (tier_pass, below).  Above pagestate.c and evict_index.c: neither calls
+ * into it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -322,48 +323,67 @@ static struct xcand *score_slots(const struct md__host *h, const struct md__engi
 	return c;
 }
 
-/* The lowest evictable page of seqs[0..ns) (the eviction order of the
- * scope), left where it is: 1 with *slot, 0 when none.  A scope of the
- * index's policy asks the threshold algorithm for its first page and puts it
- * back; a mixed one scores every evictable page (as decide_exact). */
-static int lowest_evictable(struct md__host *h, struct md__engine *e, const uint32_t *seqs,
-			    size_t ns, int mixed, uint32_t *slot)
+/* The page a recall candidate would displace in seqs[0..ns) (docs/tier.md,
+ * "Recalls"): the scope's evictable page the current queries need least,
+ * i.e. the lowest recent attention (e->att_recent), the first in the
+ * scope's eviction order on a tie: 1 with *slot, 0 when none is evictable.
+ * The evictable pages are those in the sequences' key heaps: exactly the set
+ * md__scope_next pops from and decide_exact sorts (pinned pages, protected
+ * newest pages, sinks and restoring pages are in none).  Read in place, not
+ * popped: the heaps stay as they are.  A tie is ordered as the scope orders
+ * it: page_score is the sequence's policy, which is the index's in a scope
+ * that does not mix policies, so one comparison serves both.
+ * Cost: O(pages in the scope), a score only for a page that ties the lowest
+ * attention so far; asked at most once per scope between two restores
+ * (tier_pass skips a scope that refused), so per pass at most
+ * (recall.max_per_pass + 1) times the scopes that have candidates. */
+static int least_needed(const struct md__host *h, const struct md__engine *e,
+			const uint32_t *seqs, size_t ns, uint32_t *slot)
 {
-	int found = 0;
-	if (mixed) {
-		struct xcand best = {0};
-		for (size_t i = 0; i < ns; i++) {
-			const struct md__seq *s = &e->seqs[seqs[i]];
-			for (uint32_t j = 0; j < s->keyheap_n; j++) {
-				uint32_t x = s->keyheap[j].slot;
-				struct xcand c = {.score = page_score(h, e, x),
-						  .first_pos = e->pages[x].first_pos, .slot = x};
-				if (!found || xcand_cmp(&c, &best) < 0)
-					best = c;
+	int found = 0, scored = 0;
+	float low = 0.0f;
+	struct xcand best = {0};
+	for (size_t i = 0; i < ns; i++) {
+		const struct md__seq *s = &e->seqs[seqs[i]];
+		for (uint32_t j = 0; j < s->keyheap_n; j++) {
+			uint32_t x = s->keyheap[j].slot;
+			float a = e->att_recent[x];
+			if (found && a > low)
+				continue;
+			if (!found || a < low) {
 				found = 1;
+				scored = 0;
+				low = a;
+				best.slot = x;
+				continue;
 			}
+			/* a tie: the eviction order decides */
+			if (!scored) {
+				best = (struct xcand){.score = page_score(h, e, best.slot),
+						      .first_pos = e->pages[best.slot].first_pos,
+						      .slot = best.slot};
+				scored = 1;
+			}
+			struct xcand c = {.score = page_score(h, e, x),
+					  .first_pos = e->pages[x].first_pos, .slot = x};
+			if (xcand_cmp(&c, &best) < 0)
+				best = c;
 		}
-		*slot = best.slot;
-		return found;
 	}
-	struct md__scope sc;
-	if (md__scope_begin(&sc, h, e, seqs, ns))
-		return 0;
-	found = md__scope_next(&sc, slot);
-	md__scope_end(&sc);
-	if (!found)
-		return 0;
-	md__page_reindex(h, e, *slot); /* popped, not evicted: back into its heaps */
-	return 1;
+	*slot = best.slot;
+	return found;
 }
 
 /* Drops while the tier is over its budget, lowest score first; then the
  * candidates from the highest estimate down, at most recall.max_per_pass
- * restores, each against the page it would displace (found by the eviction
- * order, compared by recent attention: md__recall_beats).  A restore with a
- * victim takes two commands (the evict first, so that the engine has the
- * device block when the restore comes): a candidate is considered only while
- * two fit in out, and the ones not reached stay candidates. */
+ * restores, each against the page it would displace: in its scope, the
+ * evictable page with the lowest recent attention (least_needed), which the
+ * candidate's estimate must beat by the margin (md__recall_beats).  The
+ * policy decides every eviction that new tokens force (evict_scopes); a
+ * recall swaps by need only.  A restore with a victim takes two commands
+ * (the evict first, so that the engine has the device block when the
+ * restore comes): a candidate is considered only while two fit in out, and
+ * the ones not reached stay candidates. */
 static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__decision *out,
 			size_t cap)
 {
@@ -391,9 +411,14 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 	size_t nc = e->n_cand;
 	struct rcand *c = malloc(nc * sizeof(*c));
 	uint32_t *ids = malloc((size_t)e->max_seqs * sizeof(*ids));
-	if (!c || !ids) {
+	/* scopes whose least-needed page refused a candidate since the last
+	 * restore: a sequence's (seq_done[q]) or the engine's (eng_done) */
+	uint8_t *seq_done = calloc(e->max_seqs, 1);
+	int eng_done = 0;
+	if (!c || !ids || !seq_done) {
 		free(c);
 		free(ids);
+		free(seq_done);
 		return n;
 	}
 	for (size_t i = 0; i < nc; i++)
@@ -409,9 +434,17 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 		uint64_t bseq = md__seq_budget_tokens(h, e, s);
 		uint32_t reason = 0, victim = 0;
 		int has_victim = 0, blocked = 0;
-		if (bseq && s->tokens_live + e->pages[p].n_tokens > bseq) {
+		int seq_scope = bseq && s->tokens_live + e->pages[p].n_tokens > bseq;
+		/* Candidates come in falling order, and nothing a refusal leaves
+		 * behind changes a scope's evictable pages or their attention:
+		 * after one refusal every later candidate of that scope is
+		 * refused too, until a restore.  They skip the scan, and leave
+		 * the set all the same, as the oracle states the rule. */
+		if (seq_scope ? seq_done[q] : eng_done)
+			continue;
+		if (seq_scope) {
 			reason = MD_EVICT_SEQUENCE_BUDGET;
-			blocked = !lowest_evictable(h, e, &q, 1, seq_foreign(h, e, q), &victim);
+			blocked = !least_needed(h, e, &q, 1, &victim);
 			has_victim = !blocked;
 		} else {
 			uint64_t bp = md__engine_page_budget(h, e, &reason);
@@ -420,18 +453,23 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 				for (uint32_t x = 0; x < e->max_seqs; x++)
 					if (e->seqs[x].keyheap_n)
 						ids[ns++] = x;
-				/* asked each time: a restore may have pushed a page of
-				 * a sequence of its own policy out of protection */
-				blocked = !lowest_evictable(h, e, ids, ns, engine_mixed(h, e), &victim);
+				/* read afresh for each candidate: a restore raises
+				 * the ranks of older pages, which may leave
+				 * protection */
+				blocked = !least_needed(h, e, ids, ns, &victim);
 				has_victim = !blocked;
 			}
 		}
-		/* the victim is found by the eviction order, but the swap is
-		 * judged by attention: the candidate's estimate against the
-		 * victim's latest mass */
+		/* need against need: the candidate's estimate against the
+		 * least-needed page's latest mass */
 		if (blocked || (has_victim && !md__recall_beats(c[i].att, e->att_recent[victim],
-								 margin)))
+								 margin))) {
+			if (seq_scope)
+				seq_done[q] = 1;
+			else
+				eng_done = 1;
 			continue;
+		}
 		/* the restore first, as it may fail (a page of its sequence took
 		 * its positions, or no memory); the victim's evict still goes
 		 * ahead of it in out.  The victim stays evictable: p only raises
@@ -443,9 +481,12 @@ static size_t tier_pass(struct md__host *h, struct md__engine *e, struct md__dec
 		emit_cmd(e, p, MD_CMD_RESTORE, MD_RESTORE_RECALL, &out[n++]);
 		e->restores++;
 		restored++;
+		memset(seq_done, 0, e->max_seqs);
+		eng_done = 0;
 	}
 	free(c);
 	free(ids);
+	free(seq_done);
 	return n;
 }
 

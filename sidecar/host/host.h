@@ -164,13 +164,14 @@ struct md__decision {
  * docs/tier.md): tier pages over the tier budget are dropped, lowest score
  * first (state "dropping"), and tier pages with a new estimate are restored,
  * highest estimate first, when it exceeds the latest attention of the
- * resident page they would displace by more than recall.margin times that
- * attention, at most recall.max_per_pass per engine and pass (state
- * "restoring"; they count as resident from the decision on, and are not
- * evicted until the engine reports them restored).  A restore that displaces
- * a page comes right after that page's evict command; a candidate is
- * considered only while both fit in cap (the others wait for the next call).
- * Call again while it returns cap. */
+ * resident page they would displace (the evictable page with the lowest
+ * latest attention in the scope whose budget the restore would exceed) by
+ * more than recall.margin times that attention, at most recall.max_per_pass
+ * per engine and pass (state "restoring"; they count as resident from the
+ * decision on, and are not evicted until the engine reports them restored).
+ * A restore that displaces a page comes right after that page's evict
+ * command; a candidate is considered only while both fit in cap (the others
+ * wait for the next call).  Call again while it returns cap. */
 size_t md__host_decide(struct md__host *h, struct md__decision *out, size_t cap);
 
 /* Fills the engine's parameter-block view (effective policy, norm, tau,

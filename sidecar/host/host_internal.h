@@ -351,11 +351,11 @@ static inline int md__evict_order(double sa, uint64_t pa, uint32_t la, double sb
 
 /* Recall compares attention, not scores (docs/tier.md, "The decision"): a
  * candidate's estimate against the latest attention mass of the page it would
- * displace (at a prefill chunk both come from the same observed queries).  One
- * rule for every eviction policy (under recency a tier page, older, never
- * outscores a resident one).  recall.margin is relative: cand must exceed
- * victim by margin times the victim's mass (masses are >= 0; equal is not
- * enough). */
+ * displace, the evictable page of its scope with the lowest such mass (at a
+ * prefill chunk both come from the same observed queries).  One rule for
+ * every eviction policy (under recency a tier page, older, never outscores a
+ * resident one).  recall.margin is relative: cand must exceed victim by
+ * margin times the victim's mass (masses are >= 0; equal is not enough). */
 static inline int md__recall_beats(double cand, double victim, double margin)
 {
 	return cand > victim + margin * fabs(victim);

@@ -223,14 +223,19 @@ static int cand_recall_cmp(const void *a, const void *b)
 	return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* the lowest of the scope's evictable pages now (0: none) */
-static int sim_lowest(const struct md__host *h, const struct md__engine *e, const uint8_t *st,
-		      const uint32_t *k, uint32_t only, struct md__oracle_cand *v)
+/* the page a recall candidate would displace in the scope now (0: none
+ * evictable): its evictable pages in the eviction order, the first with the
+ * lowest recent attention */
+static int sim_least_needed(const struct md__host *h, const struct md__engine *e,
+			    const uint8_t *st, const uint32_t *k, uint32_t only,
+			    struct md__oracle_cand *v)
 {
 	struct md__oracle_cand *c;
 	size_t nc = sim_candidates(h, e, st, k, only, &c);
+	if (nc)
+		qsort(c, nc, sizeof(*c), cand_cmp);
 	for (size_t i = 0; i < nc; i++)
-		if (i == 0 || cand_cmp(&c[i], v) < 0)
+		if (i == 0 || e->att_recent[c[i].slot] < e->att_recent[v->slot])
 			*v = c[i];
 	free(c);
 	return nc != 0;
@@ -265,7 +270,8 @@ static struct md__decision cmd(const struct md__engine *e, uint32_t slot, uint32
  * on the replay's states: drops down to the tier budget, then the recall
  * candidates from the highest estimate down against the page each would
  * displace, as the rule states it, every victim and budget recomputed: the
- * victim by the eviction order (scores), the swap by recent attention. */
+ * victim is the scope's evictable page with the lowest recent attention (the
+ * first in the eviction order on a tie), the swap by recent attention. */
 static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, uint8_t *st,
 			  const uint32_t *k, struct md__decision *out, size_t cap,
 			  struct md__oracle_recall *rc)
@@ -317,13 +323,13 @@ static size_t oracle_tier(const struct md__host *h, size_t idx, uint64_t *held, 
 		int has_victim = 0;
 		if (bseq && tokens + e->pages[p].n_tokens > bseq) {
 			reason = MD_EVICT_SEQUENCE_BUDGET;
-			if (!sim_lowest(h, e, st, k, q, &v))
+			if (!sim_least_needed(h, e, st, k, q, &v))
 				continue;
 			has_victim = 1;
 		} else {
 			uint64_t bp = sim_page_budget(h, idx, held, &reason);
 			if (bp && pages + 1 > bp) {
-				if (!sim_lowest(h, e, st, k, UINT32_MAX, &v))
+				if (!sim_least_needed(h, e, st, k, UINT32_MAX, &v))
 					continue;
 				has_victim = 1;
 			}
