@@ -363,10 +363,13 @@ uint32_t md_client_tier_pages(const md_client *c);
  * fills at most cap slots (as md_seq_pages for the resident ones). */
 int md_seq_tier_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_t cap);
 /* The engine's estimate of the attention the current queries would give its
- * tier pages (from a key digest it keeps): one ATTN_PAGE record flagged
- * MD_REC_F_ESTIMATE per tier slot of slots[0..n) with mass[i] and refresh[i]
- * (NULL: none; masked to the page's tokens).  A slot that is not in the tier
- * is skipped (`skipped`).  Validation, all-or-nothing and overload as
+ * tier pages (from a key digest it keeps), and may give its resident pages
+ * measured the same way: one ATTN_PAGE record flagged MD_REC_F_ESTIMATE per
+ * tier or resident slot of slots[0..n) with mass[i] and refresh[i] (NULL:
+ * none; masked to the page's tokens).  For a resident page the daemon takes
+ * the mass as its recent attention only, what a recall's candidate is
+ * compared with (docs/tier.md).  Any other slot is skipped (`skipped`).
+ * Against a daemon older than 1.4 nothing is published.  Validation, all-or-nothing and overload as
  * md_publish_batch (with no steps): -EINVAL changes nothing; beyond 3/4 of the
  * ring every record is dropped (attn_dropped, MD_EFULL).  Detached:
  * MD_EDETACHED.  res may be NULL. */
