@@ -70,7 +70,8 @@ def attention_mass(kv_cache, isa, idx, nblk, q, pad, scale, lse=False):
     past a row's length.  Returns [R, nblk*bs], each row summing to 1 over its
     unpadded tokens, in the order the blocks were given; with lse, also the
     scores' log-sum-exp [R, kvh, g] (what the host tier's estimate is
-    normalised with, tier.py)."""
+    normalised with, tier.py) and each head's attention to each block
+    [R, H, nblk] (head_blocks: what a block's need is taken from)."""
     R, H, D = q.shape
     kb = block_keys(kv_cache, isa, D, idx)                        # [R*nblk, kvh, D, bs]
     kvh, bs = kb.shape[1], kb.shape[3]
@@ -80,8 +81,22 @@ def attention_mass(kv_cache, isa, idx, nblk, q, pad, scale, lse=False):
     sc = torch.matmul(q.view(R, 1, kvh, g, D).to(kb.dtype), kb)   # [R, nblk, kvh, g, bs]
     sc = sc.permute(0, 2, 3, 1, 4).reshape(R, kvh, g, nblk * bs).float() * scale
     sc.masked_fill_(pad[:, None, None, :], float("-inf"))
-    p = torch.softmax(sc, dim=-1).mean(dim=(1, 2))
-    return (p, torch.logsumexp(sc, dim=-1)) if lse else p
+    s = torch.softmax(sc, dim=-1)
+    p = s.mean(dim=(1, 2))
+    if not lse:
+        return p
+    return p, torch.logsumexp(sc, dim=-1), head_blocks(s, nblk)
+
+
+def head_blocks(att, nblk):
+    """att [R, kvh, g, nblk*bs] (per head) -> [R, H, nblk]: each head's
+    attention to each block's tokens, summed.  A block's need is the most of
+    it over heads, observed queries and layers: the heads that look for a fact
+    concentrate on it while the mean over heads spreads it thin, so the tier
+    and the pages a restore would displace are ranked by their needs
+    (docs/tier.md; Quest and ArkVale rank pages per head likewise)."""
+    R, kvh, g, n = att.shape
+    return att.reshape(R, kvh * g, nblk, n // nblk).sum(-1)
 
 
 def layer_index(layer):
@@ -158,6 +173,7 @@ class Stats:
             r.est_prefill = r.est_now and prefill
             if r.est_now:
                 r.since_est = 0
+                r.need = None
 
     def layer(self, impl, layer, query, kv_cache):
         """Adds this layer's attention of each planned row's observed queries over
@@ -173,7 +189,7 @@ class Stats:
         p = attention_mass(kv_cache, isa, b["idx"], b["nblk"], q, b["pad"], impl.scale,
                            lse=recall)
         if recall:
-            p, lse = p
+            p, lse, need = p
         for r, seq_len, (q0, q1) in self.rows:
             m = p[q0:q1, :seq_len].mean(dim=0)     # over the row's observed queries
             if r.acc is None:
@@ -182,4 +198,12 @@ class Stats:
                 r.acc += m
             r.acc_layers += 1
             if recall and r.est_now:
-                self.tier.estimate(r, kv_cache, isa, q[q0:q1], lse[q0:q1], impl.scale)
+                # the kept blocks' needs, normalised over the kept and the tier's
+                # keys together as the tier's are, the most over heads, queries
+                # and layers
+                share = self.tier.estimate(r, kv_cache, isa, q[q0:q1], lse[q0:q1], impl.scale)
+                hb = need[q0:q1, :, :len(r.kept)]
+                if share is not None:
+                    hb = hb * share.reshape(hb.shape[0], -1, 1)
+                nk = hb.amax(dim=(0, 1))
+                r.need = nk if r.need is None else torch.maximum(r.need, nk)

@@ -117,7 +117,10 @@ class Commands:
         False when vLLM keeps it (the block being written).  Restore and drop:
         the tier's (tier.py)."""
         if ev.type == memdecay.CMD_RESTORE:
-            return self.tier is not None and self.tier.restore(ev)
+            # stamped with the evictions reported before it: the engine core
+            # replays them in this order (a block may come back and leave again)
+            return self.tier is not None and self.tier.restore(
+                ev, len(self.evicted) if self.evicted is not None else 0)
         if ev.type == memdecay.CMD_DROP:
             return self.tier is not None and self.tier.drop(ev)
         o = self.mirror.owner.get(ev.slot)

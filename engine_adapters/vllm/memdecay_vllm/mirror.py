@@ -26,8 +26,8 @@ def pinned(regions, mask):
 class Req:
     __slots__ = ("id", "seq", "prompt_regions", "n", "pages", "holes", "step_tokens",
                  "acc", "acc_layers", "kept", "may_evict", "idle_t", "idle_acc",
-                 "tier", "block_ids", "est", "est_order", "est_layers", "since_est", "est_now",
-                 "est_prefill")
+                 "tier", "block_ids", "est", "est_order", "est_layers", "est_need", "need",
+                 "since_est", "est_now", "est_prefill")
 
     def __init__(self, req_id, seq, prompt_regions):
         self.id = req_id
@@ -53,6 +53,8 @@ class Req:
         self.est = None
         self.est_order = None
         self.est_layers = 0
+        self.est_need = None       # each tier block's need (head_blocks), over layers
+        self.need = None           # each kept block's need, in r.kept's order
         self.since_est = 0
         self.est_now = False
         self.est_prefill = False

@@ -134,14 +134,22 @@ def wrap_update_from_output(orig):
     def update_from_output(self, scheduler_output, model_runner_output):
         try:
             fault("scheduler")
-            evicted = getattr(model_runner_output, EVICTED_ATTR, None)
-            freed = free_evicted(self, evicted) if evicted else 0
-            restored = getattr(model_runner_output, tier.RESTORED_ATTR, None)
-            if restored:
-                # after the evictions: a block may leave and come back in one step
+            evicted = getattr(model_runner_output, EVICTED_ATTR, None) or []
+            restored = getattr(model_runner_output, tier.RESTORED_ATTR, None) or []
+            # in the worker's order: a block may leave and come back in one step,
+            # or come back and leave again (each restore says how many evicted
+            # pairs came before it)
+            freed, done = 0, 0
+            for req_id, idx, bid, at in restored:
+                if at > done:
+                    freed += free_evicted(self, evicted[done:at])
+                    done = at
                 tier.spares_of(self.kv_cache_manager, settings.get()).install(
-                    self, restored, getattr(self.kv_cache_manager, "_memdecay_store", None),
+                    self, [(req_id, idx, bid)],
+                    getattr(self.kv_cache_manager, "_memdecay_store", None),
                     _managers(self.kv_cache_manager))
+            if done < len(evicted):
+                freed += free_evicted(self, evicted[done:])
             state = getattr(model_runner_output, STATE_ATTR, None)
             if state is not None:
                 pool_of(self.kv_cache_manager, settings.get()).state = state

@@ -31,7 +31,7 @@ import torch
 
 import memdecay
 
-from .attention import block_keys
+from .attention import block_keys, head_blocks
 from .mirror import PAGE_TOKENS
 
 SPARES_ATTR = "memdecay_spares"
@@ -89,7 +89,7 @@ class Tier:
         self.counters = counters
         self.blocks = {}                 # tier slot -> TierBlock
         self.spares = []                 # block ids the engine core granted
-        self.restored = []               # (request id, block index, block id) this step
+        self.restored = []               # (request id, block index, block id, at) this step
         for k in ("tier_in", "tier_full", "restores", "restores_refused", "no_spare",
                   "drops", "estimates", "recall_waits", "recall_timeouts"):
             counters.setdefault(k, 0)
@@ -123,9 +123,11 @@ class Tier:
         self.counters["tier_in"] += 1
         return True
 
-    def restore(self, ev):
+    def restore(self, ev, at=0):
         """A restore command: the block back into a spare block at its place.
-        True: restored; False: refused (no such tier page, or no spare)."""
+        at: how many of the step's evicted pairs came before it (the engine
+        core applies both in that order).  True: restored; False: refused (no
+        such tier page, or no spare)."""
         tb = self.blocks.get(ev.slot)
         if tb is None or tb.gen != ev.gen:
             self.counters["restores_refused"] += 1
@@ -152,7 +154,7 @@ class Tier:
                                               memdecay.labels(regs))
             r.pages[pidx] = [slot, gen, regs]
             m.owner[slot] = (r, pidx, gen)
-        self.restored.append((r.id, tb.b, bid))
+        self.restored.append((r.id, tb.b, bid, at))
         self.counters["restores"] += 1
         return True
 
@@ -189,10 +191,12 @@ class Tier:
         observed queries q [n, H, D] would give each saved token, normalised
         with lse [n, kvh, g] (the log-sum-exp of their scores over the kept
         keys), mean over heads and queries, into r.est ([T, block_size] in
-        r.est_order's block order)."""
+        r.est_order's block order), and each block's need (head_blocks) into
+        r.est_need.  Returns the share [n, kvh, g] of each query's attention
+        left to the kept keys once the tier's are counted (None: no tier)."""
         li = self.layer_of.get(kv_cache.data_ptr())
         if li is None or not r.tier:
-            return
+            return None
         order = sorted(r.tier)
         saved = torch.stack([self.blocks[r.tier[b]].kv[li] for b in order])   # [T, kvh, bs, 2D]
         T, kvh, bs, _ = saved.shape
@@ -202,25 +206,36 @@ class Tier:
         sc = torch.matmul(q.view(n, 1, kvh, g, D).to(kb.dtype), kb)          # [n, T, kvh, g, bs]
         sc = sc.permute(0, 2, 3, 1, 4).reshape(n, kvh, g, T * bs).float() * scale
         total = torch.logaddexp(lse, torch.logsumexp(sc, dim=-1))
-        est = torch.exp(sc - total[..., None]).mean(dim=(0, 1, 2)).view(T, bs)
+        att = torch.exp(sc - total[..., None])                              # [n, kvh, g, T*bs]
+        est = att.mean(dim=(0, 1, 2)).view(T, bs)
+        need = head_blocks(att, T).amax(dim=(0, 1))                         # [T]
         if r.est is None or r.est_order != order:
             r.est = est
+            r.est_need = need
             r.est_order = order
             r.est_layers = 1
         else:
             r.est += est
+            r.est_need = torch.maximum(r.est_need, need)
             r.est_layers += 1
+        return torch.exp(lse - total)
 
     def publish_estimates(self, reqs, batch, prm):
-        """Each tier page's estimate (its block's tokens' mean-over-layers
-        attention summed, refresh bits by tau over the block's pages folded
-        onto the page's 16 tokens), flagged as estimates; returns how many."""
+        """The estimates, flagged as such; returns how many.  Each tier page:
+        its block's need (head_blocks: the most over the observed queries and
+        layers) as its mass, refresh bits by tau over the block's mean-over-
+        layers attention folded onto the page's 16 tokens.  Each resident page
+        of a kept block: its block's need the same way, no refresh bits: what
+        memdecayd compares a candidate with (docs/tier.md).  A page stands for
+        its whole block either way, as an evicted page's block leaves whole."""
         n = 0
         tau = prm["tau"]
         for r in reqs:
             if r.est is None:
+                r.need = None
                 continue
             est = r.est / max(1, r.est_layers)
+            ppb = est.shape[1] // PAGE_TOKENS
             norm = float(len(r.pages) * PAGE_TOKENS) if prm["norm_mode"] == 1 else 1.0
             for i, b in enumerate(r.est_order):
                 slot = r.tier.get(b)
@@ -234,10 +249,20 @@ class Tier:
                     if v * norm > tau:
                         bits |= 1 << j
                 batch.slots[n] = slot
-                batch.mass[n] = float(tok.sum())
+                batch.mass[n] = float(r.est_need[i])
                 batch.refresh[n] = bits
                 n += 1
+            if r.need is not None and r.kept is not None:
+                for b, v in zip(r.kept.tolist(), r.need.tolist()):
+                    for pidx in range(b * ppb, (b + 1) * ppb):
+                        pg = r.pages.get(pidx)
+                        if pg is None or n == batch.capacity:
+                            continue
+                        batch.slots[n], batch.mass[n], batch.refresh[n] = pg[0], v, 0
+                        n += 1
             r.est = None
+            r.est_need = None
+            r.need = None
             r.est_order = None
             r.est_layers = 0
         if n:

@@ -81,7 +81,7 @@ def run(daemon):
 
     llm = LLM(model=harness.MODEL, **harness.LLM_ARGS)
     copies = {}          # (request id, block index) -> per layer: the block as it left
-    left = {}            # the tier's entry (its TierBlock) -> the same, taken as it left
+    left = {}            # the tier page (slot, generation) -> the same, taken as it left
     restored = []        # (request id, block index, block id) in restore order
     pending = []         # restores not yet seen by the kernel check
     compared = []        # the kernel checks
@@ -97,17 +97,20 @@ def run(daemon):
         snap = [t[bid].clone() for t in self.kv] if bid else None
         ok = keep0(self, r, b, *a)
         if ok and snap is not None:
-            left[id(self.blocks[a[0]])] = snap     # a[0]: the tier page's slot
+            left[(a[0], a[1])] = snap     # a[0], a[1]: the tier page's slot and generation
         tier_peak[0] = max(tier_peak[0], len(self.blocks))
         check.quiet(len(self.blocks) <= self.capacity, "the worker's tier within its capacity")
         return ok
 
-    def restore(self, ev):
+    def restore(self, ev, *a):
         tb = self.blocks.get(ev.slot)
-        snap = left.pop(id(tb), None) if tb is not None else None
-        ok = restore0(self, ev)
+        key = (tb.slot, tb.gen) if tb is not None else None
+        ok = restore0(self, ev, *a)
         if ok:
-            rid, b, bid = self.restored[-1]
+            # taken once restored: a refused restore (no spare) leaves the
+            # page in the tier, to be restored later
+            snap = left.pop(key, None)
+            rid, b, bid, _ = self.restored[-1]
             same = snap is not None and all(torch.equal(t[bid], s) for t, s in zip(self.kv, snap))
             check.quiet(same, "a restored block holds, in every layer, what it held when evicted")
             st = self.runner.requests.get(rid)
