@@ -233,16 +233,18 @@ def markdown(S, R, source, json_path=None):
     return L
 
 
-def write_docs(lines, header, model):
-    """Writes (or replaces) model's section of docs/results.md, before the first run's."""
+def write_docs(lines, header, model, begin=BEGIN, end=END, before=OLD_BEGIN):
+    """Writes (or replaces) model's section of docs/results.md between the markers begin and
+    end (each with %s for the model); a new one goes before the marker `before` where there is
+    one (the first run's section), else at the end."""
     res = os.path.join(ROOT, "docs", "results.md")
     text = open(res).read()
-    begin, end = BEGIN % model, END % model
+    begin, end = begin % model, end % model
     sec = [begin, ""] + header + lines + ["", end]
     new = replace_section(text, begin, end, sec)
-    if new is None and OLD_BEGIN in text:
-        head, rest = text.split(OLD_BEGIN, 1)
-        new = head + "\n".join(sec) + "\n\n" + OLD_BEGIN + rest
+    if new is None and before and before in text:
+        head, rest = text.split(before, 1)
+        new = head + "\n".join(sec) + "\n\n" + before + rest
     elif new is None:
         new = text.rstrip("\n") + "\n\n" + "\n".join(sec) + "\n"
     write_atomic(res, new)

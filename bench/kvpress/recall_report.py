@@ -19,8 +19,7 @@ import sys
 
 import numpy as np
 
-from fair_report import Report, bname, is_fair_baseline, num, pct, verdict
-from report import replace_section, write_atomic
+from fair_report import Report, bname, is_fair_baseline, num, pct, verdict, write_docs
 import run as bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -177,18 +176,6 @@ def count_evals(R, rows):
             "these_rows": sum(p["row"] in rows for p in every)}
 
 
-def write_docs(lines, header, model):
-    res = os.path.join(ROOT, "docs", "results.md")
-    text = open(res).read()
-    begin, end = BEGIN % model, END % model
-    sec = [begin, ""] + header + lines + [end]
-    new = replace_section(text, begin, end, sec)
-    if new is None:
-        new = text.rstrip("\n") + "\n\n" + "\n".join(sec) + "\n"
-    write_atomic(res, new)
-    return res
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,7 +184,7 @@ def main():
                     help="MemDecay's tier row (one of %s)" % ", ".join(bench.TIER_ROWS))
     ap.add_argument("--press", help="the strongest fair press (default: the pinned and paged "
                     "press with the highest unpinned retention in OUT at these budgets; "
-                    "run_recall.sh passes the fair comparison's own choice)")
+                    "run_fair.sh passes the fair comparison's own choice)")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--docs", metavar="HEADER_FILE",
                     help="write docs/results.md's recall section: HEADER_FILE's lines, then the "
@@ -227,8 +214,8 @@ def main():
             json.dump(dict(S, source=src), f, indent=1)
     if a.docs:
         models = sorted({r.get("model", "?") for r in R.runs})
-        print("wrote", write_docs(lines, open(a.docs).read().splitlines(), "+".join(models)),
-              file=sys.stderr)
+        print("wrote", write_docs(lines, open(a.docs).read().splitlines(), "+".join(models),
+                                  BEGIN, END, None), file=sys.stderr)
     if a.expect_rows:
         missing = [(r, bname(b)) for r in (a.md_row, ARK, S["press"]) for b in R.budgets
                    if not r or not R.by.get((r, b))] or ([] if R.budgets else ["no budget"])
