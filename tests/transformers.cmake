@@ -40,7 +40,7 @@ endif()
 # The kvpress comparison's quick mode (bench/kvpress): every row in both modes
 # on one trace, and the report's completeness check; then the recall rows (a
 # host tier, each question through the engine) and the recall report's.  About
-# 6 minutes.
+# 11 minutes.
 if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   add_test(NAME kvpress_quick
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/transformers/kvpress_quick.sh)
