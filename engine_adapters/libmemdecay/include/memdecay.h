@@ -369,10 +369,10 @@ int md_seq_tier_pages(const md_client *c, uint32_t seq, uint32_t *slots, uint32_
  * none; masked to the page's tokens).  For a resident page the daemon takes
  * the mass as its recent attention only, what a recall's candidate is
  * compared with (docs/tier.md).  Any other slot is skipped (`skipped`).
- * Against a daemon older than 1.4 nothing is published.  Validation, all-or-nothing and overload as
- * md_publish_batch (with no steps): -EINVAL changes nothing; beyond 3/4 of the
- * ring every record is dropped (attn_dropped, MD_EFULL).  Detached:
- * MD_EDETACHED.  res may be NULL. */
+ * Against a daemon older than 1.4 nothing is published.  Validation,
+ * all-or-nothing and overload as md_publish_batch (with no steps): -EINVAL
+ * changes nothing; beyond 3/4 of the ring every record is dropped
+ * (attn_dropped, MD_EFULL).  Detached: MD_EDETACHED.  res may be NULL. */
 int md_publish_estimates(md_client *c, const uint32_t *slots, const float *mass,
 			 const uint16_t *refresh, uint32_t n, struct md_batch_result *res);
 /* The bounded wait at the end of a turn's prefill, after its estimates are

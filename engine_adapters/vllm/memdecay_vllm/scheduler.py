@@ -140,14 +140,15 @@ def wrap_update_from_output(orig):
             # or come back and leave again (each restore says how many evicted
             # pairs came before it)
             freed, done = 0, 0
+            if restored:
+                spares = tier.spares_of(self.kv_cache_manager, settings.get())
+                store = getattr(self.kv_cache_manager, "_memdecay_store", None)
+                managers = _managers(self.kv_cache_manager)
             for req_id, idx, bid, at in restored:
                 if at > done:
                     freed += free_evicted(self, evicted[done:at])
                     done = at
-                tier.spares_of(self.kv_cache_manager, settings.get()).install(
-                    self, [(req_id, idx, bid)],
-                    getattr(self.kv_cache_manager, "_memdecay_store", None),
-                    _managers(self.kv_cache_manager))
+                spares.install(self, [(req_id, idx, bid)], store, managers)
             if done < len(evicted):
                 freed += free_evicted(self, evicted[done:])
             state = getattr(model_runner_output, STATE_ATTR, None)
