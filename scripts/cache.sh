@@ -15,16 +15,22 @@
 MEMDECAY_CACHE=${MEMDECAY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memdecay}
 
 # md_cache_entry NAME PART... — prints the entry's real path and creates it.  A
-# PART naming an existing file counts by its content, any other PART as a string.
+# PART "file:PATH" counts by the file's content (or as absent), never by its path,
+# so every clone of one commit finds the same entry; any other PART as a string.
 md_cache_entry() {
 	local name=$1 p key dir
 	shift
 	key=$(for p in "$@"; do
-		if [ -f "$p" ]; then
-			printf 'file %s %s\n' "$(basename "$p")" "$(sha256sum <"$p" | cut -d' ' -f1)"
-		else
-			printf 'str %s\n' "$p"
-		fi
+		case $p in
+		file:*)
+			if [ -f "${p#file:}" ]; then
+				printf 'file %s %s\n' "$(basename "${p#file:}")" "$(sha256sum <"${p#file:}" | cut -d' ' -f1)"
+			else
+				printf 'file %s absent\n' "$(basename "${p#file:}")"
+			fi
+			;;
+		*) printf 'str %s\n' "$p" ;;
+		esac
 	done | sha256sum | cut -c1-16)
 	dir=$MEMDECAY_CACHE/$name-$key
 	mkdir -p "$dir"

@@ -35,7 +35,7 @@ t0=$(date +%s)
 . "$ROOT/scripts/cache.sh"
 RECIPE=1 # raise it when this script installs differently
 DEPS=$(md_cache_entry kvpress "recipe $RECIPE" "$("$PY" -c 'import sys; print(sys.version, sys.executable)')" \
-	"$REQ" "$CONVERTER" "gguf $MEMDECAY_LLAMA_MODEL_SHA256" "gemma ${MEMDECAY_GEMMA_GGUF_SHA256:-}")
+	"file:$REQ" "file:$CONVERTER" "gguf $MEMDECAY_LLAMA_MODEL_SHA256" "gemma ${MEMDECAY_GEMMA_GGUF_SHA256:-}")
 md_cache_lock "$DEPS"
 STATE=$(md_cache_state "$DEPS")
 VENV=$DEPS/kvpress

