@@ -30,4 +30,24 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
       LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
       RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
   endforeach()
+  # the hook table of the installed vLLM and the start-up refusals (V2 model
+  # runner, async scheduling, another platform); --serve: `vllm serve` itself
+  # with the V2 runner selected, refused by name
+  add_test(NAME vllm_hooks
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
+      ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_hooks.py --serve)
+  set_tests_properties(vllm_hooks PROPERTIES
+    LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
+    RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
+  # vLLM 0.33.0's engine core: its wheel's Python sources over the same CPU stack
+  # (scripts/setup_vllm033.sh, .deps/vllm033.env; skipped without it).  No model
+  # runs there: the engine-core test and the hook-table check.
+  foreach(_t core hooks)
+    add_test(NAME vllm033_${_t}
+      COMMAND sh ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/run033.sh
+        ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py)
+    set_tests_properties(vllm033_${_t} PROPERTIES
+      LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
+      RESOURCE_LOCK model_cpu ENVIRONMENT "${_md_vllm_env}")
+  endforeach()
 endif()

@@ -2,14 +2,19 @@
 
 vLLM loads this package's `register` through the `vllm.general_plugins` entry
 point in each of its processes: the API server, the engine core and the
-workers.  With MEMDECAY_VLLM=1 and the vLLM version it was checked against,
+workers.  With MEMDECAY_VLLM=1 and a vLLM version it was checked against,
 `register` installs the plugin's hooks (hooks.py); on any other version, or
-when a wrapped method's signature differs, vLLM refuses to start and says
-which.  Without MEMDECAY_VLLM=1 vLLM runs unchanged.
+when a wrapped method's signature differs, or on a path where the hooks would
+not fire (guard.py), vLLM refuses to start and says which.  Without
+MEMDECAY_VLLM=1 vLLM runs unchanged.
 
     pieces            process       what
-    hooks.py          all           the table of every wrapped vLLM method, checked and
-                                    installed (vLLM refuses to start when it does not hold)
+    hooks.py          all           the table of every wrapped vLLM method, one per supported
+                                    version, checked and installed (vLLM refuses to start
+                                    when it does not hold)
+    guard.py          all           the V2 model runner, async scheduling and attention
+                                    backends the hooks do not cover: refused (or the V2
+                                    runner switched off) at start-up
     api.py            API server    regions from the chat messages, per-request fields
     worker.py         worker        the worker's hooks, joining the parts below
     attach.py         worker        the attachment to memdecayd, liveness, reattach
@@ -42,7 +47,13 @@ def register():
         return
     import vllm
 
-    from . import hooks, log, metrics
+    from . import guard, hooks, log, metrics
+    # paths on which the hooks would not fire: refused, or the V2 runner switched off;
+    # the platform first (another platform's runner module may not even import here)
+    from vllm.platforms import current_platform
+    guard.platform(current_platform)
+    hooks.check(vllm.__version__)
+    guard.environment()
     n = hooks.install(vllm.__version__)
     metrics.setup_dir()
     metrics.register_collector()

@@ -8,11 +8,18 @@ its wrapper.  `check` reads every row against the installed vLLM before
 anything is patched; `install` refuses to start (raises, naming the method
 and the version) when a row does not hold, because a vLLM that starts with
 half the hooks, or none, would ignore every budget a client sends.
-docs/vllm.md "What in vLLM is patched, and why" explains each row."""
+docs/vllm.md "What in vLLM is patched, and why" explains each row.
+
+One table per supported version: HOOKS lists every row with its parameters in
+the oldest supported version, and CHANGED records, per later version, the rows
+whose parameters differ there.  `table(version)` is that version's table.
+Besides the methods, the worker's hooks fire only on the paths they wrap (the
+V1 model runner, the CPU attention backend, synchronous scheduling):
+guard.py refuses the rest at start-up."""
 import importlib
 import inspect
 
-SUPPORTED_VLLM = ("0.32.0",)
+SUPPORTED_VLLM = ("0.32.0", "0.33.0")
 MARK = "_memdecay"
 
 
@@ -45,6 +52,13 @@ _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _CPU_ATTN = "vllm.v1.attention.backends.cpu_attn"
 
 HOOKS = (
+    # engine core: the configuration the worker's hooks need (guard.py)
+    Hook(_SCHED, "Scheduler", "__init__",
+         ("self", "vllm_config", "kv_cache_config", "structured_output_manager", "block_size",
+          "hash_block_size", "mm_registry", "include_finished_set", "log_stats"),
+         _f("guard", "wrap_scheduler_init"), "engine core",
+         "refuse a configuration whose worker hooks would not fire (V2 runner, async "
+         "scheduling, MLA attention)"),
     # engine core: evicted blocks and the prefix-cache guard (scheduler.py)
     Hook(_SCHED, "Scheduler", "update_from_output",
          ("self", "scheduler_output", "model_runner_output"),
@@ -111,6 +125,27 @@ HOOKS = (
 )
 
 
+# The rows whose parameters differ from the first supported version's, per
+# version; every other row holds as HOOKS lists it.  The wrappers take both
+# forms (scheduler.wrap_get_computed_blocks passes max_cache_hit_length on).
+CHANGED = {
+    "0.32.0": {},
+    # vLLM 0.33's scheduler passes max_cache_hit_length positionally
+    "0.33.0": {"KVCacheManager.get_computed_blocks": ("self", "request", "max_cache_hit_length")},
+}
+assert set(CHANGED) == set(SUPPORTED_VLLM)
+
+
+def table(version):
+    """vLLM `version`'s hook table: {method name: the parameters it must have}."""
+    changed = CHANGED[version]
+    assert set(changed) <= {h.name for h in HOOKS}, "CHANGED names a method HOOKS lacks"
+    return {h.name: changed.get(h.name, h.params) for h in HOOKS}
+
+
+TABLES = {v: table(v) for v in SUPPORTED_VLLM}
+
+
 class Unsupported(RuntimeError):
     """The installed vLLM is not one the plugin can run in."""
 
@@ -119,30 +154,35 @@ def params_of(fn):
     return tuple(inspect.signature(fn).parameters)
 
 
-def check(version):
+def check(version, rows=None):
     """Raises Unsupported naming the version, or the first method that is
-    missing or whose parameters differ."""
-    if version not in SUPPORTED_VLLM:
-        raise Unsupported(
-            "memdecay_vllm: MEMDECAY_VLLM=1, but vLLM %s is not a version the plugin supports "
-            "(%s); it wraps internal methods of vLLM and would ignore every budget. Install a "
-            "supported vLLM or unset MEMDECAY_VLLM." % (version, ", ".join(SUPPORTED_VLLM)))
+    missing or whose parameters differ from `rows` (default: the version's
+    table, TABLES[version])."""
+    if rows is None:
+        if version not in SUPPORTED_VLLM:
+            raise Unsupported(
+                "memdecay_vllm: MEMDECAY_VLLM=1, but vLLM %s is not a version the plugin "
+                "supports (%s); it wraps internal methods of vLLM and would ignore every "
+                "budget. Install a supported vLLM or unset MEMDECAY_VLLM."
+                % (version, ", ".join(SUPPORTED_VLLM)))
+        rows = TABLES[version]
     for h in HOOKS:
+        want = rows[h.name]
         try:
             fn = getattr(h.target(), h.method)
         except (ImportError, AttributeError) as e:
             raise Unsupported("memdecay_vllm: vLLM %s has no %s (%s: %s); the plugin cannot "
                               "run in it" % (version, h.name, type(e).__name__, e)) from None
         got = params_of(getattr(fn, "__wrapped__", fn))
-        if got != h.params:
+        if got != want:
             raise Unsupported(
                 "memdecay_vllm: vLLM %s's %s takes (%s), the plugin expects (%s); the plugin "
-                "cannot run in it" % (version, h.name, ", ".join(got), ", ".join(h.params)))
+                "cannot run in it" % (version, h.name, ", ".join(got), ", ".join(want)))
 
 
 def install(version):
-    """Checks every row, then wraps every method once.  Returns how many were
-    wrapped by this call (0 when already installed)."""
+    """Checks every row of the version's table, then wraps every method once.
+    Returns how many were wrapped by this call (0 when already installed)."""
     check(version)
     n = 0
     for h in HOOKS:

@@ -247,16 +247,23 @@ def wrap_request_blocks_can_be_freed(orig):
 def wrap_get_computed_blocks(orig):
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
 
-    def get_computed_blocks(self, request):
-        found = orig(self, request)
+    # vLLM 0.33 added max_cache_hit_length (its scheduler passes it positionally);
+    # 0.32's scheduler passes nothing more than the request
+    def get_computed_blocks(self, request, *args, **kwargs):
+        found = orig(self, request, *args, **kwargs)
         try:
             fault("match")
             if not settings.get().sessions:
                 return found
+            limit = args[0] if args else kwargs.get("max_cache_hit_length")
             blocks, n_hit, boundary = found
             bs = _block_size(self)
             st = store_of(self)
             x, n = st.match(request, bs)
+            if x is not None and limit is not None and n > limit:
+                # vLLM asks for at most `limit` cached tokens (the tokens past it must
+                # be computed): the session is not adopted, and stays for a later turn
+                x, n = None, 0
             if x is not None and n >= n_hit:
                 # a KVCacheBlocks of its own: vLLM shares one empty instance
                 if self.enable_caching:

@@ -28,7 +28,8 @@ docs/vllm.md "Sessions" is the contract; the rules in short:
             an adopter whose allocation fails gives its session back.
 
 Blocks: a session holds one reference to each of its non-null blocks, taken
-over from the finished request (pop_blocks_for_free).  Every path that ends a
+over from the finished request (its block lists, read before vLLM's
+pop_blocks_for_free, so a hole keeps its place).  Every path that ends a
 session frees exactly those references once (`_free`)."""
 import collections
 import itertools
@@ -223,7 +224,20 @@ class Store:
         tokens = list(itertools.islice(request.all_token_ids, n_keep * bs))
         cover = min((max(request.num_prompt_tokens - 1, 0) // bs) * bs, n_keep * bs)
         evicted = bool(getattr(request, EVICTED_FLAG, False))
-        popped = [mgr.pop_blocks_for_free(request.request_id) for mgr in managers]
+        # The request's block lists as they stand, holes in place, taken before
+        # vLLM's pop_blocks_for_free: its returned list is not the block table on
+        # every version (0.33 drops leading null blocks, which would shift every
+        # kept block of a request whose first block was evicted).  The pop still
+        # runs, for vLLM's own bookkeeping; the references move to this list.
+        popped = []
+        try:
+            for mgr in managers:
+                blocks = list(mgr.req_to_blocks.get(request.request_id, ()))
+                mgr.pop_blocks_for_free(request.request_id)
+                popped.append(blocks)
+        except BaseException:
+            self._free(popped)          # the groups already taken; vLLM frees the others
+            raise
         owned = popped                  # what this call frees should anything below raise
         try:
             if fault:

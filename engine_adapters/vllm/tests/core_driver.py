@@ -1,6 +1,6 @@
 """Drives vLLM's real engine-core Scheduler in-process, with no model.
 
-`Driver` builds vLLM 0.32's own `vllm.v1.core.sched.scheduler.Scheduler` (its
+`Driver` builds vLLM's own `vllm.v1.core.sched.scheduler.Scheduler` (its
 real KVCacheManager and BlockPool, one full-attention KV cache group, fp32)
 from a VllmConfig made from the local HF model's config.json only (no
 tokenizer, no weights, no workers), and steps it the way EngineCore.step does:
@@ -63,7 +63,8 @@ def model_dir():
 
 class Driver:
     def __init__(self, num_blocks, block_size=32, max_num_seqs=8, max_num_batched_tokens=64,
-                 max_model_len=2048, enable_prefix_caching=True, model=None, load_plugins=True):
+                 max_model_len=2048, enable_prefix_caching=True, model=None, load_plugins=True,
+                 adjust=None):
         if load_plugins:      # as EngineCore.__init__ does (the MemDecay plugin: MEMDECAY_VLLM=1)
             from vllm.plugins import load_general_plugins
             load_general_plugins()
@@ -80,6 +81,8 @@ class Driver:
         vc.cache_config.num_gpu_blocks = num_blocks
         sc = vc.scheduler_config
         assert sc.enable_chunked_prefill and not sc.async_scheduling, "CPU platform changed them"
+        if adjust is not None:      # a test's change to the final config (test_hooks.py)
+            adjust(vc)
         layers = ["model.layers.%d.self_attn.attn" % i
                   for i in range(mc.get_num_layers(vc.parallel_config))]
         spec = FullAttentionSpec(block_size=block_size, dtype=torch.float32,

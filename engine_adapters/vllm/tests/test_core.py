@@ -23,6 +23,11 @@ holds declared).
   unguarded    the store raising inside allocate_slots after vLLM allocated:
                nothing reaches vLLM's scheduler, no block is lost;
   replace      a request id retained twice frees the first session's blocks;
+  hole first   a request whose block 0 was evicted is retained with the hole at
+               index 0 and every block at its own index, and its next turn
+               adopts exactly those blocks, position by position;
+  limit        (vLLM 0.33) get_computed_blocks' max_cache_hit_length is passed
+               on, and a session longer than it is not adopted;
   order        pool mode (docs/vllm.md "Pool mode"): two requests outgrow the
                pool; where the worker relays memdecayd's evictions of what is
                short, nothing is preempted; where it reports that memdecayd has
@@ -304,6 +309,106 @@ def part_replace():
           % (d.free_blocks(), start))
 
 
+def part_hole_first():
+    """A request whose first block was evicted: its session keeps the hole at
+    index 0 and every kept block at its own index (vLLM 0.33's
+    pop_blocks_for_free drops leading null blocks; the store must not read
+    the request's blocks from it), and the next turn adopts exactly those."""
+    print("hole first: a request whose block 0 was evicted, retained and adopted", flush=True)
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import EVICTED_FLAG, store_of
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=64)
+    start = d.free_blocks()
+    d.add("h1", list(range(100, 260)), 8, session_id="hole", extra_args=BUDGET)  # 5 blocks
+    while d.requests["h1"].num_computed_tokens < 160:
+        d.step()
+    d.step(extra={"memdecay_evicted": [("h1", 0)]})
+    table = d.blocks_of("h1")[0]                   # the request's blocks, hole in place
+    check(table[0].is_null and len(table) == 6, "block 0 of h1 evicted: its table %s"
+          % _ids(table))
+    problems = run_checked(d)
+    st = store_of(d.kv)
+    x = st.sessions.get("h1")
+    kept = x.blocks[0] if x is not None else []
+    check(x is not None and _ids(kept) == _ids(table[:5]),
+          "retained with the hole first, each block at its own index: %s (the request's "
+          "table: %s)" % (_ids(kept), _ids(table[:5])))
+    p2 = list(d.requests["h1"].all_token_ids) + list(range(900, 940))
+    d.add("h2", p2, 8, session_id="hole", extra_args=BUDGET)
+    d.step()
+    got = d.blocks_of("h2")[0]
+    check("h1" not in st.sessions and st.counters["adopted"] == 1
+          and len(got) > len(kept) and all(a is b for a, b in zip(got, kept))
+          and _ids(got[:5]) == _ids(table[:5]),
+          "turn 2 adopted it: its first %d blocks are the retained ones, position by position, "
+          "as h1 held them (%s)" % (len(kept), _ids(got[:len(kept)])))
+    check(getattr(d.requests["h2"], EVICTED_FLAG, False),
+          "the adopter is flagged: nothing it computes over the hole is cached")
+    problems += run_checked(d)
+    for key in list(st.sessions):
+        st.release(key, "reset")
+    check(not problems and d.free_blocks() == start,
+          "references recount right; the pool is whole once the sessions go (%d of %d) %s"
+          % (d.free_blocks(), start, problems[:2]))
+
+
+def run_checked(d, max_steps=1000):
+    """Steps until the scheduler is idle; every block's references recounted at each
+    step, the session store's declared.  Returns the problems, step by step."""
+    problems = []
+    while d.scheduler.has_requests() and max_steps > 0:
+        d.step()
+        max_steps -= 1
+        problems += ["step %d: %s" % (d.steps, p) for p in d.check_refcounts(store_refs(d))]
+    return problems
+
+
+def _ids(blocks):
+    return [None if b.is_null else b.block_id for b in blocks]
+
+
+def part_hit_limit():
+    """vLLM 0.33's max_cache_hit_length (its scheduler passes it positionally):
+    passed on to vLLM, and a session longer than it is not adopted."""
+    print("limit: get_computed_blocks' max_cache_hit_length", flush=True)
+    import inspect
+    from core_driver import Driver
+    from memdecay_vllm import settings
+    from memdecay_vllm.sessions import HIT_ATTR, store_of
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    orig = getattr(KVCacheManager.get_computed_blocks, "__wrapped__", None)
+    if orig is None or "max_cache_hit_length" not in inspect.signature(orig).parameters:
+        print("  (this vLLM's get_computed_blocks has no max_cache_hit_length: nothing to "
+              "check)")
+        return
+    settings.get().test_faults = set()
+    d = Driver(num_blocks=64)
+    d.add("m1", list(range(100, 260)), 8, session_id="lim", extra_args=BUDGET)
+    problems = run_checked(d)
+    st = store_of(d.kv)
+    check("m1" in st.sessions, "turn 1 retained")
+    p2 = list(d.requests["m1"].all_token_ids) + list(range(900, 940))
+    d.add("m2", p2, 8, session_id="lim", extra_args=BUDGET)
+    req = d.scheduler.requests["m2"]
+    blocks, n, _ = d.kv.get_computed_blocks(req, 64)
+    check(getattr(blocks, HIT_ATTR, None) is None and n <= 64,
+          "max_cache_hit_length=64 (positional): no adoption of the 160-token session, vLLM's "
+          "own hit of %d tokens" % n)
+    blocks, n, _ = d.kv.get_computed_blocks(req, max_cache_hit_length=160)
+    hit = getattr(blocks, HIT_ATTR, None)
+    check(hit is not None and n == 160, "max_cache_hit_length=160: the session is the hit "
+          "(%d tokens)" % n)
+    blocks, n, _ = d.kv.get_computed_blocks(req, None)
+    check(getattr(blocks, HIT_ATTR, None) is not None and n == 160,
+          "max_cache_hit_length=None: the session is the hit (%d tokens)" % n)
+    problems += run_checked(d)
+    check(st.counters["adopted"] == 1 and d.num_cached_tokens("m2") == 160 and not problems,
+          "scheduled by vLLM's own scheduler, turn 2 adopts 160 tokens (%s); references "
+          "recount right %s" % (d.num_cached_tokens("m2"), problems[:2]))
+
+
 def pool_run(daemon):
     """Pool mode on a 24-block pool: two requests of 10 blocks that each decode 300
     tokens (10 more blocks) outgrow it.  daemon: "frees" (the blocks each step's
@@ -369,8 +474,10 @@ def main():
         print(__doc__)
         return 0
     turns = 3 if "--quick" in sys.argv[1:] else 6
+    import vllm
+    print("vLLM %s (%s)" % (vllm.__version__, os.path.dirname(vllm.__file__)), flush=True)
     for part in (lambda: part_accounting(turns), part_leak, part_late, part_stall,
-                 part_unguarded, part_replace, part_order):
+                 part_unguarded, part_replace, part_hole_first, part_hit_limit, part_order):
         try:
             part()
         except Exception as e:

@@ -32,7 +32,7 @@ from vllm.v1.core.kv_cache_manager import KVCacheManager as K
 fs = [R._update_states, R.sample_tokens, I.forward, B.build, S.update_from_output, M.cache_blocks,
       C.render_chat_request, O.render_completion_request, P.process_inputs, S._free_blocks,
       S.schedule, K.get_computed_blocks, K.allocate_slots, K.reset_prefix_cache,
-      S._request_blocks_can_be_freed, R.execute_model]
+      S._request_blocks_can_be_freed, R.execute_model, S.__init__]
 print("HOOKED", sum("memdecay_vllm" in f.__code__.co_filename for f in fs), "OF", len(fs))
 """
 
