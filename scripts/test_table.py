@@ -17,7 +17,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 SETUP = {"setup_llama": "llama", "setup_kvpress": "kvpress",
-         "setup_vllm": "vllm", "setup_router": "router"}
+         "setup_vllm": "vllm", "setup_vllm033": "vllm033", "setup_router": "router"}
 
 
 def read_steps(path):

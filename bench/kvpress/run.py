@@ -61,6 +61,10 @@ MAX_NEW = 16          # greedy answer length, as memdecay-agent's default
 TRACE_SEED = 11       # evaluation traces short-s11000…: never used for tuning
 CALIB_SEED = 12       # short-s12000…: the traces memdecay-cal's λ is calibrated on
 CALIB_TRACES = 4
+# --quick, the CI smoke: every row and mode still runs and is scored, on fewer probes
+# (each costs a teacher-forced answer per run) and one calibration trace
+QUICK_PROBES = 3
+QUICK_CALIB_TRACES = 1
 
 KV_PRESSES = {
     "streaming_llm": lambda: kvpress.StreamingLLMPress(),
@@ -226,10 +230,12 @@ def contains(text, answer):
 class Trace:
     """A trace tokenised once: ids, regions, message spans, and its probes' token ids."""
 
-    def __init__(self, m, path):
+    def __init__(self, m, path, max_probes=None):
         self.path = path
         self.name = os.path.basename(path)
         msgs, self.probes = load_trace(path)
+        if max_probes is not None:      # --quick: the first probes only; the trace is whole
+            self.probes = self.probes[:max_probes]
         self.ids, self.regions, self.spans = encode_messages(m.tok, msgs)
         self.n = len(self.ids)
         self.q = [question_ids(m.tok, p["question"]) for p in self.probes]
@@ -703,7 +709,9 @@ def screened_out(path, min_pass):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="CI smoke: 1 trace, budget 0.5")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke: 1 trace, budget 0.5, %d probes a trace, %d calibration trace"
+                    % (QUICK_PROBES, QUICK_CALIB_TRACES))
     ap.add_argument("--full", action="store_true", help="the full run: 3 budgets, 10 traces unless --traces "
                     "(run_full.sh: --traces 19 --min-pass 5)")
     ap.add_argument("--shard", default="0/1", help="K/N: run traces K, K+N, ... (N processes "
@@ -765,7 +773,9 @@ def main():
     ages = {(name, f["question"]): f["age_fraction"]
             for name, t in manifest["traces"].items() for f in t["facts"]}
     traces = traces[shard::n_shards]
-    calib, _ = make_traces(os.path.join(out, "calib-traces"), CALIB_SEED, CALIB_TRACES)
+    calib, _ = make_traces(os.path.join(out, "calib-traces"), CALIB_SEED,
+                           QUICK_CALIB_TRACES if a.quick else CALIB_TRACES)
+    max_probes = QUICK_PROBES if a.quick else None
     if a.prepare:
         log("traces in %s" % os.path.join(out, "traces"))
         return
@@ -809,7 +819,7 @@ def main():
         t_start = time.monotonic()
         with open(os.path.join(out, "reference.jsonl"), "a") as refs, open(runs_path, "a") as fo:
             for ti, path in enumerate(traces):
-                tr = Trace(m, path)
+                tr = Trace(m, path, max_probes)
                 pending = [(r, mo, b) for r in rows for mo in modes for b in budgets
                            if runs_in(r, mo) and (tr.name, r, mo, b) not in done]
                 if not pending:

@@ -17,15 +17,18 @@ fi
 SRC=${MEMDECAY_SRC:?}
 PYTHONPATH=$SRC/engine_adapters/python:$SRC/engine_adapters/transformers${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH
-# MEMDECAY_TEST_PIN=1 (ctest sets it): torch on one core of its own, the machine's
-# last, with one thread, so these tests run beside the vLLM tests, whose CPU
-# worker binds its threads to core 0 (docs/testing.md, "Two model lanes").
-# On a one-core machine, or without taskset, nothing is pinned.
-if [ "${MEMDECAY_TEST_PIN:-0}" = 1 ] && command -v taskset >/dev/null 2>&1; then
+# MEMDECAY_TEST_PIN=first|last (ctest sets it): torch on one core, the machine's
+# first or last, with one thread: a model lane (docs/testing.md, "Two model
+# lanes").  On a one-core machine, or without taskset, nothing is pinned.
+case ${MEMDECAY_TEST_PIN:-} in
+first | last)
 	n=$(nproc 2>/dev/null || echo 1)
-	if [ "$n" -ge 2 ]; then
+	if [ "$n" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+		core=0
+		[ "$MEMDECAY_TEST_PIN" = last ] && core=$((n - 1))
 		export MEMDECAY_TORCH_THREADS=1 OMP_NUM_THREADS=1
-		exec taskset -c $((n - 1)) "$MEMDECAY_KV_PYTHON" "$@"
+		exec taskset -c "$core" "$MEMDECAY_KV_PYTHON" "$@"
 	fi
-fi
+	;;
+esac
 exec "$MEMDECAY_KV_PYTHON" "$@"

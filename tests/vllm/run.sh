@@ -10,4 +10,11 @@ if [ ! -f "$ENV" ]; then
 fi
 . "$ENV"
 export MEMDECAY_VLLM_MODEL
+# MEMDECAY_TEST_PIN=last (ctest sets it for a test in the last core's model lane,
+# docs/testing.md): vLLM's CPU worker binds its threads to the machine's last core
+# instead of core 0, where it binds by itself.
+if [ "${MEMDECAY_TEST_PIN:-}" = last ]; then
+	n=$(nproc 2>/dev/null || echo 1)
+	[ "$n" -ge 2 ] && export VLLM_CPU_OMP_THREADS_BIND=$((n - 1))
+fi
 exec "$MEMDECAY_VLLM_PYTHON" "$@"
