@@ -43,6 +43,20 @@ def setup_state(deps, step):
     return "cache hit" if state == "hit" else "installed"
 
 
+def skip_reason(case):
+    """The line a skipped test gave as its reason: the first that says so (SKIP,
+    skipped, missing, needs), else its last line, else ctest's own message."""
+    out = [x.strip() for x in (case.findtext("system-out") or "").splitlines() if x.strip()]
+    for line in out:
+        low = line.lower()
+        if low.startswith("skip") or any(w in low for w in ("skipped", "missing", "needs")):
+            return line
+    if out:
+        return out[-1]
+    sk = case.find("skipped")
+    return sk.get("message", "") if sk is not None else ""
+
+
 def read_junit(spec):
     """[(build, test, seconds, result, why)] from 'build=file.xml'."""
     build, _, path = spec.partition("=")
@@ -55,9 +69,7 @@ def read_junit(spec):
         why = ""
         if case.find("skipped") is not None or status in ("notrun", "disabled"):
             result = "skipped"
-            out = (case.findtext("system-out") or "").strip().splitlines()
-            why = out[-1].strip() if out else (case.find("skipped").get("message", "")
-                                               if case.find("skipped") is not None else "")
+            why = skip_reason(case)
         elif case.find("failure") is not None or status == "fail":
             result = "FAILED"
         else:
