@@ -56,10 +56,10 @@ if(TARGET memdecayd AND TARGET memdecayctl AND TARGET memdecay)
   # runs there: the engine-core test and the hook-table check.
   foreach(_t core hooks)
     add_test(NAME vllm033_${_t}
-      COMMAND sh ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/run033.sh
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/vllm/run.sh
         ${PROJECT_SOURCE_DIR}/engine_adapters/vllm/tests/test_${_t}.py)
     set_tests_properties(vllm033_${_t} PROPERTIES
       LABELS "vllm;no_asan" TIMEOUT 1500 SKIP_RETURN_CODE 77
-      ENVIRONMENT "${_md_vllm_env}")
+      ENVIRONMENT "${_md_vllm_env};MEMDECAY_VLLM_SETUP=vllm033")
   endforeach()
 endif()

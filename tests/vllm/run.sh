@@ -1,11 +1,16 @@
 #!/bin/sh
 # run.sh SCRIPT [ARGS] — runs a vLLM-plugin script in vLLM's venv (.deps/vllm.env,
 # made by scripts/setup_vllm.sh), where the binding and the plugin are installed
-# editable.  Exit 77 (skip) when that venv is not set up.
+# editable.  MEMDECAY_VLLM_SETUP=vllm033 picks vLLM 0.33's engine-core venv instead
+# (.deps/vllm033.env, scripts/setup_vllm033.sh: 0.33.0's Python sources over the
+# same CPU stack).  Exit 77 (skip), saying why, when that venv is not set up.
 set -eu
-ENV=${MEMDECAY_DEPS:?}/vllm.env
+SETUP=${MEMDECAY_VLLM_SETUP:-vllm}
+ENV=${MEMDECAY_DEPS:?}/$SETUP.env
 if [ ! -f "$ENV" ]; then
-	echo "vllm: $ENV missing (run scripts/setup_vllm.sh); skipped" >&2
+	how="scripts/setup_vllm.sh"
+	[ "$SETUP" = vllm ] || how="$how, then scripts/setup_$SETUP.sh"
+	echo "$SETUP: $ENV missing (run $how); skipped" >&2
 	exit 77
 fi
 . "$ENV"
